@@ -1,0 +1,117 @@
+"""The gateway's ASGI application: routes, middleware, error handlers, and the lifespan that owns resources.
+
+`create_app(settings)` is the only constructor. The lifespan opens the shared HTTP client and the store,
+starts the worker health loop, and yields the typed `GatewayState` that handlers read from
+`request.state.gateway`. Tests inject `worker_transport` (an ASGI app speaking SGLang's HTTP API) and/or a
+ready `store`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import structlog
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
+
+import sessions
+
+from .chat import chat_completions
+from .errors import exception_handlers
+from .health import healthz, list_models, metrics, readyz
+from .metrics import GatewayMetrics
+from .middleware import BodyLimit, RequestContext
+from .routing import LeastInFlight, RoutingPolicy
+from .sessions_api import (
+    create_session,
+    delete_session,
+    get_session,
+    list_messages,
+    list_sessions,
+    list_turns,
+    update_session,
+)
+from .settings import GatewaySettings
+from .state import GatewayState
+from .upstream import WorkerClient, make_http_client
+from .workers import WorkerPool
+
+__all__ = ["create_app"]
+
+log = structlog.get_logger(__name__)
+
+
+def _routes() -> list[Route]:
+    return [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/sessions", create_session, methods=["POST"]),
+        Route("/v1/sessions", list_sessions, methods=["GET"]),
+        Route("/v1/sessions/{session_id}", get_session, methods=["GET"]),
+        Route("/v1/sessions/{session_id}", update_session, methods=["PATCH"]),
+        Route("/v1/sessions/{session_id}", delete_session, methods=["DELETE"]),
+        Route("/v1/sessions/{session_id}/turns", list_turns, methods=["GET"]),
+        Route("/v1/sessions/{session_id}/messages", list_messages, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+
+
+def create_app(
+    settings: GatewaySettings,
+    *,
+    worker_transport: httpx.AsyncBaseTransport | None = None,
+    store: sessions.SessionStore | None = None,
+    policy: RoutingPolicy | None = None,
+) -> Starlette:
+    gateway_metrics = GatewayMetrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
+        async with contextlib.AsyncExitStack() as stack:
+            http = make_http_client(connect_timeout_s=settings.upstream_connect_timeout_s,
+                                    read_timeout_s=settings.upstream_read_timeout_s,
+                                    transport=worker_transport)
+            stack.push_async_callback(http.aclose)
+            the_store = store
+            if the_store is None:
+                if settings.auto_migrate:
+                    await sessions.upgrade(settings.database_url)
+                the_store = sessions.SqlSessionStore(sessions.create_engine(settings.database_url))
+                stack.push_async_callback(the_store.close)
+            await _fail_stale_turns(the_store, settings)
+            pool = WorkerPool(settings.workers, http, health_timeout_s=settings.health_timeout_s,
+                              unhealthy_after=settings.unhealthy_after)
+            health = asyncio.create_task(pool.run_health_checks(settings.health_interval_s))
+            stack.callback(health.cancel)
+            state = GatewayState(settings=settings, http=http, workers=pool, worker_client=WorkerClient(
+                http, read_timeout_s=settings.upstream_read_timeout_s),
+                                 policy=policy or LeastInFlight(), store=the_store, metrics=gateway_metrics)
+            log.info("gateway_started", workers=list(settings.workers), policy=state.policy.name,
+                     authentication="api_key" if settings.api_key else "none (local use only)")
+            yield {"gateway": state}
+
+    app = Starlette(
+        routes=_routes(),
+        middleware=[Middleware(RequestContext, metrics=gateway_metrics),
+                    Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
+        exception_handlers=exception_handlers(),
+        lifespan=lifespan,
+    )
+    app.state.models_cache = {"expires": 0.0, "data": []}
+    return app
+
+
+async def _fail_stale_turns(store: sessions.SessionStore, settings: GatewaySettings) -> None:
+    """Turns left pending by a gateway that died: failed, once no replica can still be serving them."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=settings.upstream_read_timeout_s)
+    count = await store.fail_pending_turns(
+        older_than=cutoff, error_message="The gateway stopped before this turn finished.")
+    if count:
+        log.warning("stale_turns_failed", count=count)

@@ -1,0 +1,131 @@
+"""Turning a worker's answer into what the store records: the assistant message, usage and cache report.
+
+SGLang puts the cache report (`cached_tokens_details`: device / host / storage) in an `sglext` object at the
+response level when the request asks for it with `return_cached_tokens_details`; in a stream it arrives in a
+chunk of its own with empty `choices`. The gateway always asks for it, moves it under
+`usage.prompt_tokens_details.cached_tokens_details` for the client, and records it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["StreamAssembler", "TurnResult", "result_from_response"]
+
+
+@dataclass(slots=True)
+class TurnResult:
+    message: dict[str, Any]
+    finish_reason: str | None
+    model: str | None
+    usage: dict[str, Any] | None
+    cached_tokens_details: dict[str, Any] | None
+
+
+def cache_details(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    sglext = chunk.get("sglext")
+    if isinstance(sglext, dict) and isinstance(sglext.get("cached_tokens_details"), dict):
+        return dict(sglext["cached_tokens_details"])
+    return None
+
+
+def attach_cache_details(usage: dict[str, Any], details: dict[str, Any] | None) -> None:
+    """Put the cache report where OpenAI clients look for cached tokens."""
+    if details is None:
+        return
+    prompt_details = usage.get("prompt_tokens_details")
+    if not isinstance(prompt_details, dict):
+        prompt_details = {"cached_tokens": 0}
+        usage["prompt_tokens_details"] = prompt_details
+    prompt_details["cached_tokens_details"] = details
+
+
+def result_from_response(answer: dict[str, Any]) -> TurnResult:
+    choices = answer.get("choices") or [{}]
+    first = choices[0] if isinstance(choices[0], dict) else {}
+    message = first.get("message") if isinstance(first.get("message"), dict) else {"role": "assistant"}
+    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else None
+    return TurnResult(
+        message=_clean_message(message),
+        finish_reason=first.get("finish_reason"),
+        model=answer.get("model"),
+        usage=usage,
+        cached_tokens_details=cache_details(answer),
+    )
+
+
+def _clean_message(message: dict[str, Any]) -> dict[str, Any]:
+    kept = {"role": message.get("role") or "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        kept["tool_calls"] = message["tool_calls"]
+    if message.get("reasoning_content"):
+        kept["reasoning_content"] = message["reasoning_content"]
+    return kept
+
+
+@dataclass(slots=True)
+class _ToolCallParts:
+    id: str | None = None
+    type: str = "function"
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamAssembler:
+    """Accumulates streamed chunks (the parsed `data:` objects) into the final turn."""
+
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    model: str | None = None
+    usage: dict[str, Any] | None = None
+    cached_tokens_details: dict[str, Any] | None = None
+    chunks: int = 0
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        self.chunks += 1
+        self.model = chunk.get("model") or self.model
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        self.cached_tokens_details = cache_details(chunk) or self.cached_tokens_details
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                self._add_delta(delta)
+
+    def _add_delta(self, delta: dict[str, Any]) -> None:
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        if isinstance(delta.get("reasoning_content"), str):
+            self.reasoning.append(delta["reasoning_content"])
+        for call in delta.get("tool_calls") or ():
+            if not isinstance(call, dict):
+                continue
+            parts = self.tool_calls.setdefault(int(call.get("index", 0)), _ToolCallParts())
+            parts.id = call.get("id") or parts.id
+            parts.type = call.get("type") or parts.type
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            parts.name += function.get("name") or ""
+            if isinstance(function.get("arguments"), str):
+                parts.arguments.append(function["arguments"])
+
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": p.id, "type": p.type, "function": {"name": p.name, "arguments": "".join(p.arguments)}}
+                for _, p in sorted(self.tool_calls.items())
+            ]
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        return message
+
+    def result(self) -> TurnResult:
+        return TurnResult(self.message(), self.finish_reason, self.model, self.usage, self.cached_tokens_details)

@@ -1,0 +1,186 @@
+"""`POST /v1/chat/completions`: one session turn, recorded before and after it goes to a worker.
+
+The order matters for "nothing the user sent is lost": the turn (with the request's new messages) is committed
+as `pending` before any worker sees it; the answer, or the failure, is written when it ends. A turn whose
+recording fails after the worker answered is still answered; the store marks it failed at the next start-up.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+import sessions
+
+from .assembly import TurnResult, attach_cache_details, result_from_response
+from .auth import authenticate
+from .errors import InvalidRequest, ServiceUnavailable, UpstreamError, WorkerUnreachable
+from .relay import StreamRelay
+from .routing import RouteRequest
+from .schemas import ChatCompletionBody, new_session_id, parse_json, validate, validate_session_id
+from .state import GatewayState, gateway_state
+
+__all__ = ["TurnContext", "chat_completions", "finish_turn"]
+
+log = structlog.get_logger(__name__)
+
+# Where clients may name the session, in order of precedence (the body's `session_id` comes after them).
+SESSION_HEADERS = ("x-session-id", "x-session-affinity", "x-smg-routing-key")
+# Request fields that describe the turn in the store (messages are stored separately, as a delta).
+_RECORDED_PARAMS = ("model", "stream", "tools", "tool_choice", "max_tokens", "max_completion_tokens",
+                    "temperature", "top_p", "stop", "seed", "response_format")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class TurnContext:
+    """Everything known about one turn while it is being served."""
+
+    def __init__(self, *, state: GatewayState, tenant_id: str, session_id: str, turn_id: str,
+                 worker_id: str, received_at: datetime, started: float, client_wants_usage: bool,
+                 client_wants_cache_report: bool) -> None:
+        self.state = state
+        self.tenant_id = tenant_id
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self.worker_id = worker_id
+        self.received_at = received_at
+        self.started = started
+        self.dispatched_at: datetime | None = None
+        self.first_token_at: datetime | None = None
+        self.client_wants_usage = client_wants_usage
+        self.client_wants_cache_report = client_wants_cache_report
+
+    def headers(self) -> dict[str, str]:
+        return {"x-session-id": self.session_id, "x-sessiongate-turn-id": self.turn_id,
+                "x-sessiongate-worker": self.worker_id}
+
+    def annotation(self) -> dict[str, str]:
+        return {"session_id": self.session_id, "turn_id": self.turn_id, "worker": self.worker_id}
+
+
+def _session_id(request: Request, body: dict[str, Any]) -> str:
+    for header in SESSION_HEADERS:
+        value = request.headers.get(header)
+        if value:
+            return validate_session_id(value.strip(), param=header)
+    from_body = body.get("session_id")
+    if from_body is not None:
+        if not isinstance(from_body, str):
+            raise InvalidRequest("'session_id' must be a string.", param="session_id")
+        return validate_session_id(from_body, param="session_id")
+    return new_session_id()
+
+
+def _upstream_body(body: dict[str, Any], chat: ChatCompletionBody) -> dict[str, Any]:
+    upstream = {k: v for k, v in body.items() if k != "session_id"}
+    upstream["return_cached_tokens_details"] = True
+    if chat.stream:
+        upstream["stream_options"] = {**(chat.stream_options or {}), "include_usage": True}
+    return upstream
+
+
+async def chat_completions(request: Request) -> Response:
+    state = gateway_state(request)
+    received_at, started = _now(), time.perf_counter()
+    tenant_id = authenticate(request, state.settings)
+    body = parse_json(await request.body())
+    chat = validate(ChatCompletionBody, body)
+    session_id = _session_id(request, body)
+    structlog.contextvars.bind_contextvars(session_id=session_id)
+
+    await state.store.get_or_create_session(session_id, tenant_id=tenant_id)
+    turn = await state.store.begin_turn(
+        session_id, tenant_id=tenant_id, messages=body["messages"],
+        request={k: body[k] for k in _RECORDED_PARAMS if k in body}, received_at=received_at)
+    structlog.contextvars.bind_contextvars(turn_id=turn.id)
+
+    candidates = state.workers.routable()
+    if not candidates:
+        error = ServiceUnavailable("No healthy worker is available; the turn was recorded as failed.",
+                                   code="no_healthy_worker")
+        await _record_failure(state, turn.id, error, ended_at=_now())
+        raise error
+    worker = state.policy.choose(RouteRequest(session_id=session_id, tenant_id=tenant_id), candidates)
+    ctx = TurnContext(
+        state=state, tenant_id=tenant_id, session_id=session_id, turn_id=turn.id, worker_id=worker.id,
+        received_at=received_at, started=started,
+        client_wants_usage=bool((chat.stream_options or {}).get("include_usage")),
+        client_wants_cache_report=bool(body.get("return_cached_tokens_details")),
+    )
+    upstream = _upstream_body(body, chat)
+    if chat.stream:
+        return await StreamRelay(ctx, worker.url, upstream).open()
+    return await _complete(ctx, worker.url, upstream)
+
+
+async def _complete(ctx: TurnContext, url: str, upstream: dict[str, Any]) -> Response:
+    state = ctx.state
+    with state.workers.lease(ctx.worker_id):
+        ctx.dispatched_at = _now()
+        try:
+            answer = await state.worker_client.chat(ctx.worker_id, url, upstream)
+        except UpstreamError as exc:
+            await fail_turn(ctx, exc)
+            raise
+    result = result_from_response(answer)
+    await finish_turn(ctx, result)
+    if isinstance(answer.get("usage"), dict):
+        attach_cache_details(answer["usage"], result.cached_tokens_details)
+    if not ctx.client_wants_cache_report:
+        answer.pop("sglext", None)
+    answer["sessiongate"] = ctx.annotation()
+    return JSONResponse(answer, headers=ctx.headers())
+
+
+async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
+    """Record a successful turn; a store failure here is logged, never shown to the client."""
+    ended_at = _now()
+    state = ctx.state
+    usage = result.usage or {}
+    prompt_details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"),
+                                                                      dict) else {}
+    state.metrics.turns.labels("ok", ctx.worker_id).inc()
+    state.metrics.turn_latency.observe(time.perf_counter() - ctx.started)
+    state.metrics.record_prompt_sources(usage.get("prompt_tokens"), result.cached_tokens_details,
+                                        prompt_details.get("cached_tokens"))
+    try:
+        await state.store.complete_turn(
+            ctx.turn_id, output_message=result.message, finish_reason=result.finish_reason,
+            model=result.model, usage=result.usage, cached_tokens_details=result.cached_tokens_details,
+            first_token_at=ctx.first_token_at, ended_at=ended_at, worker=ctx.worker_id,
+            dispatched_at=ctx.dispatched_at)
+    except sessions.StoreError as exc:
+        log.error("turn_not_recorded", error=str(exc), status="ok")
+
+
+async def fail_turn(ctx: TurnContext, error: Exception, *, status: str = "failed",
+                    partial: dict[str, Any] | None = None) -> None:
+    if isinstance(error, WorkerUnreachable):
+        ctx.state.workers.report_unreachable(ctx.worker_id, error.message)
+    ctx.state.metrics.turns.labels(status, ctx.worker_id).inc()
+    await _record_failure(ctx.state, ctx.turn_id, error, ended_at=_now(), status=status, partial=partial,
+                          first_token_at=ctx.first_token_at, worker=ctx.worker_id,
+                          dispatched_at=ctx.dispatched_at)
+
+
+async def _record_failure(state: GatewayState, turn_id: str, error: Exception, *, ended_at: datetime,
+                          status: str = "failed", partial: dict[str, Any] | None = None,
+                          first_token_at: datetime | None = None, worker: str | None = None,
+                          dispatched_at: datetime | None = None) -> None:
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    try:
+        await state.store.fail_turn(
+            turn_id, status=status, error_type=type(error).__name__, error_message=message,
+            ended_at=ended_at, partial_output=partial, first_token_at=first_token_at, worker=worker,
+            dispatched_at=dispatched_at)
+    except sessions.StoreError as exc:
+        log.error("turn_not_recorded", error=str(exc), status=status)
+    log.info("turn_failed", status=status, error_type=type(error).__name__, error=message)

@@ -1,0 +1,163 @@
+"""Relaying a streamed answer (SSE) from a worker to the client while recording the turn.
+
+The worker's stream is opened before the client gets a status line, so a worker that fails before its first
+byte yields a proper 502/503/504 in the OpenAI error format. After that, bytes are forwarded as they come (no
+buffering: each chunk is written as soon as it is read), and the turn ends in exactly one of three ways,
+each recorded: done, failed (an error event is sent to the client, then the stream closes) or cancelled (the
+client went away; the worker's request is closed too, which makes SGLang abort it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import orjson
+import structlog
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from .assembly import StreamAssembler, attach_cache_details
+from .errors import GatewayError, UpstreamError, WorkerUnreachable
+
+if TYPE_CHECKING:
+    from .chat import TurnContext
+
+__all__ = ["StreamRelay"]
+
+log = structlog.get_logger(__name__)
+
+_DONE = b"data: [DONE]\n\n"
+
+
+class StreamRelay:
+    def __init__(self, ctx: TurnContext, url: str, body: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.url = url
+        self.body = body
+        self.assembler = StreamAssembler()
+        self._resources = contextlib.AsyncExitStack()
+        self._lines: AsyncIterator[str] | None = None
+        self.error: GatewayError | None = None
+        self.done = False
+
+    async def open(self) -> Response:
+        from .chat import fail_turn
+
+        state = self.ctx.state
+        self._resources.enter_context(state.workers.lease(self.ctx.worker_id))
+        self.ctx.dispatched_at = datetime.now(UTC)
+        try:
+            self._lines = await self._resources.enter_async_context(
+                state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body))
+        except UpstreamError as exc:
+            await self._resources.aclose()
+            await fail_turn(self.ctx, exc)
+            raise
+        return _RelayResponse(self)
+
+    async def pump(self, send: Send) -> None:
+        assert self._lines is not None
+        try:
+            async for line in self._lines:
+                out = self._translate(line)
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                if self.done:
+                    break
+            if not self.done:
+                raise WorkerUnreachable(f"Worker {self.ctx.worker_id} ended the stream before it was done.",
+                                        worker=self.ctx.worker_id)
+        except UpstreamError as exc:
+            self.error = exc
+            event = b"data: " + orjson.dumps(exc.body()) + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+
+    def _translate(self, line: str) -> bytes:
+        """The bytes to forward for one SSE line of the worker's stream (may be nothing)."""
+        if not line.startswith("data:"):
+            return line.encode() + b"\n"
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            self.done = True
+            return _DONE
+        try:
+            chunk = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return b"data: " + payload.encode() + b"\n\n"
+        if not isinstance(chunk, dict):
+            return b"data: " + payload.encode() + b"\n\n"
+        if "error" in chunk:
+            self.error = GatewayError(str(chunk["error"].get("message", "worker error"))
+                                      if isinstance(chunk["error"], dict) else str(chunk["error"]))
+            return b"data: " + payload.encode() + b"\n\n"
+        self.assembler.add(chunk)
+        if self.ctx.first_token_at is None and chunk.get("choices"):
+            self.ctx.first_token_at = datetime.now(UTC)
+            self.ctx.state.metrics.ttft.observe(time.perf_counter() - self.ctx.started)
+        if chunk.get("choices"):
+            return b"data: " + payload.encode() + b"\n\n"
+        if isinstance(chunk.get("usage"), dict):
+            if not self.ctx.client_wants_usage:
+                return b""
+            attach_cache_details(chunk["usage"], self.assembler.cached_tokens_details)
+            chunk["sessiongate"] = self.ctx.annotation()
+            return b"data: " + orjson.dumps(chunk) + b"\n\n"
+        if "sglext" in chunk and not self.ctx.client_wants_cache_report:
+            return b""
+        return b"data: " + payload.encode() + b"\n\n"
+
+    async def finish(self, *, client_gone: bool) -> None:
+        from .chat import fail_turn, finish_turn
+
+        await self._resources.aclose()
+        partial = self.assembler.message()
+        if self.done and self.error is None:
+            await finish_turn(self.ctx, self.assembler.result())
+        elif self.error is not None:
+            await fail_turn(self.ctx, self.error, partial=partial)
+        else:
+            reason = "the client disconnected" if client_gone else "the gateway stopped the stream"
+            await fail_turn(self.ctx, _Cancelled(reason), status="cancelled", partial=partial)
+
+
+class _Cancelled(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _RelayResponse(Response):
+    media_type = "text/event-stream"
+
+    def __init__(self, relay: StreamRelay) -> None:
+        super().__init__(content=None, status_code=200, media_type=self.media_type,
+                         headers={**relay.ctx.headers(), "cache-control": "no-cache"})
+        self.relay = relay
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client_gone = False
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async with anyio.create_task_group() as group:
+
+                async def watch_disconnect() -> None:
+                    nonlocal client_gone
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    client_gone = True
+                    group.cancel_scope.cancel()
+
+                group.start_soon(watch_disconnect)
+                await self.relay.pump(send)
+                group.cancel_scope.cancel()
+            if not client_gone:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.relay.finish(client_gone=client_gone)

@@ -1,0 +1,120 @@
+"""The gateway's view of its SGLang workers: health, draining and requests in flight.
+
+Health comes from two sources: a background loop that polls each worker's `GET /health`, and the requests
+themselves (a worker that refuses a connection is marked down at once). A worker that fails
+`unhealthy_after` checks in a row leaves the routable set and comes back after one good check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+import structlog
+
+from .routing import WorkerView
+
+__all__ = ["Worker", "WorkerPool", "worker_id_for"]
+
+log = structlog.get_logger(__name__)
+
+
+def worker_id_for(url: str) -> str:
+    """A stable, readable id for a worker URL: `host:port`."""
+    parts = urlsplit(url)
+    return parts.netloc or url
+
+
+@dataclass(slots=True)
+class Worker:
+    """Mutable runtime state of one worker; owned by the pool, read through `WorkerView`s."""
+
+    id: str
+    url: str
+    healthy: bool = True
+    draining: bool = False
+    in_flight: int = 0
+    consecutive_failures: int = 0
+    last_error: str | None = None
+    served: int = 0
+    models: tuple[str, ...] = field(default=())
+
+    def view(self) -> WorkerView:
+        return WorkerView(id=self.id, url=self.url, in_flight=self.in_flight)
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        urls: tuple[str, ...],
+        client: httpx.AsyncClient,
+        *,
+        health_timeout_s: float,
+        unhealthy_after: int,
+    ) -> None:
+        self._workers = {worker_id_for(u): Worker(id=worker_id_for(u), url=u.rstrip("/")) for u in urls}
+        self._client = client
+        self._timeout = health_timeout_s
+        self._unhealthy_after = unhealthy_after
+
+    @property
+    def workers(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    def get(self, worker_id: str) -> Worker | None:
+        return self._workers.get(worker_id)
+
+    def routable(self) -> list[WorkerView]:
+        return [w.view() for w in self._workers.values() if w.healthy and not w.draining]
+
+    @contextlib.contextmanager
+    def lease(self, worker_id: str) -> Iterator[Worker]:
+        """Count a request in flight on `worker_id` for the duration of the block."""
+        worker = self._workers[worker_id]
+        worker.in_flight += 1
+        try:
+            yield worker
+        finally:
+            worker.in_flight -= 1
+            worker.served += 1
+
+    def report_unreachable(self, worker_id: str, reason: str) -> None:
+        """A request could not reach the worker: take it out now rather than at the next check."""
+        worker = self._workers.get(worker_id)
+        if worker is not None and worker.healthy:
+            worker.healthy = False
+            worker.consecutive_failures = self._unhealthy_after
+            worker.last_error = reason
+            log.warning("worker_down", worker=worker_id, reason=reason)
+
+    async def check(self, worker: Worker) -> bool:
+        try:
+            response = await self._client.get(f"{worker.url}/health", timeout=self._timeout)
+            ok = response.status_code == 200
+            reason = None if ok else f"health answered {response.status_code}"
+        except httpx.HTTPError as exc:
+            ok, reason = False, f"{type(exc).__name__}: {exc}"
+        if ok:
+            if not worker.healthy:
+                log.info("worker_up", worker=worker.id)
+            worker.healthy, worker.consecutive_failures, worker.last_error = True, 0, None
+        else:
+            worker.consecutive_failures += 1
+            worker.last_error = reason
+            if worker.healthy and worker.consecutive_failures >= self._unhealthy_after:
+                worker.healthy = False
+                log.warning("worker_down", worker=worker.id, reason=reason)
+        return ok
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(w) for w in self._workers.values()))
+
+    async def run_health_checks(self, interval_s: float) -> None:
+        """Poll every worker forever; cancelled by the lifespan at shutdown."""
+        while True:
+            await self.check_all()
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,114 @@
+"""`sessiongate` subcommands: serve, worker, up, demo, db upgrade.
+
+Each subcommand imports its part lazily, so `sessiongate serve` never imports torch or sglang and
+`sessiongate --help` is instant. Flags override `SESSIONGATE_*` environment variables, which override the
+defaults declared once in each part's settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.logs import configure
+    from gateway.settings import GatewaySettings
+
+    settings = GatewaySettings.from_env(
+        host=args.host, port=args.port, workers=tuple(args.worker) if args.worker else None,
+        database_url=args.database_url, api_key=args.api_key, log_level=args.log_level,
+    )
+    configure(level=settings.log_level, json=settings.log_json)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, loop="uvloop",
+                http="httptools", access_log=False, log_level="warning", lifespan="on")
+    return 0
+
+
+def _worker(args: argparse.Namespace, rest: list[str]) -> int:
+    from sglang_ext.launcher import worker_main
+
+    return worker_main(rest)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from .up import run_up
+
+    return run_up(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(base_url=args.base_url, api_key=args.api_key)
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from gateway.settings import GatewaySettings
+    from sessions import upgrade_sync
+
+    settings = GatewaySettings.from_env(database_url=args.database_url)
+    upgrade_sync(settings.database_url)
+    print(f"database at {settings.database_url} is at the latest schema")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sessiongate", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway (OpenAI-compatible, session-aware)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--worker", action="append", metavar="URL",
+                       help="an SGLang worker's base URL (repeat for several); env SESSIONGATE_WORKERS=a,b")
+    serve.add_argument("--database-url", help="SQLAlchemy async URL (default: SQLite under .sessiongate/)")
+    serve.add_argument("--api-key", help="require this client key (default: no authentication)")
+    serve.add_argument("--log-level")
+    serve.set_defaults(handler=_serve)
+
+    worker = commands.add_parser("worker", add_help=False,
+                                 help="run one SGLang worker with the sessiongate extension (--help for flags)")
+    worker.set_defaults(handler=None)
+
+    up = commands.add_parser("up", help="the embedded default: CPU/GPU workers + gateway + SQLite + KV pool")
+    up.add_argument("--workers", type=int, default=2, help="how many workers to start (default 2)")
+    up.add_argument("--port", type=int, default=8000, help="gateway port (workers use the next ports up)")
+    up.add_argument("--worker-base-port", type=int, default=30001)
+    up.add_argument("--state-dir", default=".sessiongate", help="database, KV pool, model and logs")
+    up.add_argument("--model-path", help="serve this model instead of the generated tiny one")
+    up.add_argument("--model-size", choices=["tiny", "medium"], default="tiny")
+    up.add_argument("--demo", action="store_true", help="run the demo conversation once everything is up")
+    up.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
+    up.set_defaults(handler=_up)
+
+    demo = commands.add_parser("demo", help="a multi-turn conversation through a running gateway, via the SDK")
+    demo.add_argument("--base-url", default=None)
+    demo.add_argument("--api-key", default=None)
+    demo.set_defaults(handler=_demo)
+
+    db = commands.add_parser("db", help="session store administration")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    db_upgrade = db_commands.add_parser("upgrade", help="migrate the store to the latest schema")
+    db_upgrade.add_argument("--database-url")
+    db_upgrade.set_defaults(handler=_db_upgrade)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["worker"]:
+        return _worker(argparse.Namespace(), argv[1:])
+    args = build_parser().parse_args(argv)
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

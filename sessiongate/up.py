@@ -1,0 +1,137 @@
+"""`sessiongate up`: the embedded default in one command.
+
+Starts N SGLang workers with the sessiongate extension (the generated tiny model unless a model path is given;
+CPU engine flags where there is no GPU), all sharing one KV pool directory, then the gateway on SQLite in front
+of them; waits until everything is ready, prints where it listens, optionally runs the demo, and stops every
+process it started on Ctrl-C or SIGTERM (or when one of them dies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+import httpx
+
+from .demo import run_demo
+
+__all__ = ["run_up"]
+
+
+class _Stop(Exception):
+    """SIGTERM, turned into an exception so the same clean-up runs as for Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stop
+
+
+class GatewayProcess:
+    """The gateway as a child process, with its log in a file."""
+
+    def __init__(self, *, port: int, workers: list[str], database_url: str, log_path: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        env = {**os.environ, "SESSIONGATE_DATABASE_URL": database_url}
+        command = [sys.executable, "-m", "sessiongate.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        for url in workers:
+            command += ["--worker", url]
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the gateway exited with code {self.process.returncode}; "
+                                   f"see {self.log_path}:\n{_tail(self.log_path)}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"the gateway was not ready after {timeout_s:.0f} s; see {self.log_path}")
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from sglang_ext.launcher import WorkerConfig, start_worker
+    from sglang_ext.tiny_model import make_model
+
+    state_dir = Path(args.state_dir).resolve()
+    logs = state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    pool_dir = state_dir / "kvpool"
+    model_path = Path(args.model_path) if args.model_path else make_model(state_dir / f"model-{args.model_size}",
+                                                                          size=args.model_size)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    started: list[object] = []
+    try:
+        print(f"starting {args.workers} worker(s) on {model_path} (pool {pool_dir}) ...", flush=True)
+        workers = []
+        for i in range(args.workers):
+            config = WorkerConfig(model_path=str(model_path), port=args.worker_base_port + i,
+                                  pool_dir=str(pool_dir), log_file=str(logs / f"worker-{i + 1}.log"))
+            worker = start_worker(config)
+            started.append(worker)
+            workers.append(worker)
+        for worker in workers:
+            worker.wait_ready(timeout=300)
+        gateway = GatewayProcess(port=args.port, workers=[w.url for w in workers],
+                                 database_url=f"sqlite+aiosqlite:///{state_dir / 'sessiongate.db'}",
+                                 log_path=logs / "gateway.log")
+        started.append(gateway)
+        gateway.wait_ready(timeout_s=60)
+
+        print("\nsessiongate is up:")
+        print(f"  gateway   {gateway.url}   (OpenAI API at {gateway.url}/v1, metrics at {gateway.url}/metrics)")
+        for i, worker in enumerate(workers):
+            print(f"  worker {i + 1}  {worker.url}")
+        print(f"  store     {state_dir / 'sessiongate.db'}\n  KV pool   {pool_dir}\n  logs      {logs}")
+        print("  authentication: none (local use); set SESSIONGATE_API_KEY to require a key\n", flush=True)
+        if args.demo:
+            run_demo(base_url=gateway.url)
+            if args.exit_after_demo:
+                return 0
+        print("press Ctrl-C to stop", flush=True)
+        while True:
+            for child in started:
+                code = child.poll()  # type: ignore[attr-defined]
+                if code is not None:
+                    print(f"a child process exited unexpectedly (code {code}); stopping", file=sys.stderr)
+                    return 1
+            time.sleep(0.5)
+    except (KeyboardInterrupt, _Stop):
+        print("\nstopping ...", flush=True)
+        return 0
+    finally:
+        for child in reversed(started):
+            child.stop()  # type: ignore[attr-defined]
+        print("stopped", flush=True)
