@@ -75,9 +75,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
         async with contextlib.AsyncExitStack() as stack:
-            http = make_http_client(connect_timeout_s=settings.upstream_connect_timeout_s,
-                                    read_timeout_s=settings.upstream_read_timeout_s,
-                                    transport=worker_transport)
+            http = make_http_client(
+                connect_timeout_s=settings.upstream_connect_timeout_s,
+                read_timeout_s=settings.upstream_read_timeout_s,
+                transport=worker_transport,
+            )
             stack.push_async_callback(http.aclose)
             the_store = store
             if the_store is None:
@@ -86,21 +88,37 @@ def create_app(
                 the_store = sessions.SqlSessionStore(sessions.create_engine(settings.database_url))
                 stack.push_async_callback(the_store.close)
             await _fail_stale_turns(the_store, settings)
-            pool = WorkerPool(settings.workers, http, health_timeout_s=settings.health_timeout_s,
-                              unhealthy_after=settings.unhealthy_after)
+            pool = WorkerPool(
+                settings.workers,
+                http,
+                health_timeout_s=settings.health_timeout_s,
+                unhealthy_after=settings.unhealthy_after,
+            )
             health = asyncio.create_task(pool.run_health_checks(settings.health_interval_s))
             stack.callback(health.cancel)
-            state = GatewayState(settings=settings, http=http, workers=pool, worker_client=WorkerClient(
-                http, read_timeout_s=settings.upstream_read_timeout_s),
-                                 policy=policy or LeastInFlight(), store=the_store, metrics=gateway_metrics)
-            log.info("gateway_started", workers=list(settings.workers), policy=state.policy.name,
-                     authentication="api_key" if settings.api_key else "none (local use only)")
+            state = GatewayState(
+                settings=settings,
+                http=http,
+                workers=pool,
+                worker_client=WorkerClient(http, read_timeout_s=settings.upstream_read_timeout_s),
+                policy=policy or LeastInFlight(),
+                store=the_store,
+                metrics=gateway_metrics,
+            )
+            log.info(
+                "gateway_started",
+                workers=list(settings.workers),
+                policy=state.policy.name,
+                authentication="api_key" if settings.api_key else "none (local use only)",
+            )
             yield {"gateway": state}
 
     app = Starlette(
         routes=_routes(),
-        middleware=[Middleware(RequestContext, metrics=gateway_metrics),
-                    Middleware(BodyLimit, max_bytes=settings.max_body_bytes)],
+        middleware=[
+            Middleware(RequestContext, metrics=gateway_metrics),
+            Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
+        ],
         exception_handlers=exception_handlers(),
         lifespan=lifespan,
     )
@@ -112,6 +130,7 @@ async def _fail_stale_turns(store: sessions.SessionStore, settings: GatewaySetti
     """Turns left pending by a gateway that died: failed, once no replica can still be serving them."""
     cutoff = datetime.now(UTC) - timedelta(seconds=settings.upstream_read_timeout_s)
     count = await store.fail_pending_turns(
-        older_than=cutoff, error_message="The gateway stopped before this turn finished.")
+        older_than=cutoff, error_message="The gateway stopped before this turn finished."
+    )
     if count:
         log.warning("stale_turns_failed", count=count)

@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["StreamAssembler", "TurnResult", "result_from_response"]
+__all__ = ["StreamAssembler", "TurnResult", "as_dict", "result_from_response"]
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: worker JSON is checked, never trusted."""
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(slots=True)
@@ -43,9 +48,9 @@ def attach_cache_details(usage: dict[str, Any], details: dict[str, Any] | None) 
 
 def result_from_response(answer: dict[str, Any]) -> TurnResult:
     choices = answer.get("choices") or [{}]
-    first = choices[0] if isinstance(choices[0], dict) else {}
-    message = first.get("message") if isinstance(first.get("message"), dict) else {"role": "assistant"}
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else None
+    first = as_dict(choices[0])
+    message = as_dict(first.get("message")) or {"role": "assistant"}
+    usage = as_dict(answer.get("usage")) or None
     return TurnResult(
         message=_clean_message(message),
         finish_reason=first.get("finish_reason"),
@@ -111,7 +116,7 @@ class StreamAssembler:
             parts = self.tool_calls.setdefault(int(call.get("index", 0)), _ToolCallParts())
             parts.id = call.get("id") or parts.id
             parts.type = call.get("type") or parts.type
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = as_dict(call.get("function"))
             parts.name += function.get("name") or ""
             if isinstance(function.get("arguments"), str):
                 parts.arguments.append(function["arguments"])

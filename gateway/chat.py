@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 import sessions
 
-from .assembly import TurnResult, attach_cache_details, result_from_response
+from .assembly import TurnResult, as_dict, attach_cache_details, result_from_response
 from .auth import authenticate
 from .errors import InvalidRequest, ServiceUnavailable, UpstreamError, WorkerUnreachable
 from .relay import StreamRelay
@@ -32,8 +32,19 @@ log = structlog.get_logger(__name__)
 # Where clients may name the session, in order of precedence (the body's `session_id` comes after them).
 SESSION_HEADERS = ("x-session-id", "x-session-affinity", "x-smg-routing-key")
 # Request fields that describe the turn in the store (messages are stored separately, as a delta).
-_RECORDED_PARAMS = ("model", "stream", "tools", "tool_choice", "max_tokens", "max_completion_tokens",
-                    "temperature", "top_p", "stop", "seed", "response_format")
+_RECORDED_PARAMS = (
+    "model",
+    "stream",
+    "tools",
+    "tool_choice",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "response_format",
+)
 
 
 def _now() -> datetime:
@@ -43,9 +54,19 @@ def _now() -> datetime:
 class TurnContext:
     """Everything known about one turn while it is being served."""
 
-    def __init__(self, *, state: GatewayState, tenant_id: str, session_id: str, turn_id: str,
-                 worker_id: str, received_at: datetime, started: float, client_wants_usage: bool,
-                 client_wants_cache_report: bool) -> None:
+    def __init__(
+        self,
+        *,
+        state: GatewayState,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        worker_id: str,
+        received_at: datetime,
+        started: float,
+        client_wants_usage: bool,
+        client_wants_cache_report: bool,
+    ) -> None:
         self.state = state
         self.tenant_id = tenant_id
         self.session_id = session_id
@@ -59,8 +80,11 @@ class TurnContext:
         self.client_wants_cache_report = client_wants_cache_report
 
     def headers(self) -> dict[str, str]:
-        return {"x-session-id": self.session_id, "x-sessiongate-turn-id": self.turn_id,
-                "x-sessiongate-worker": self.worker_id}
+        return {
+            "x-session-id": self.session_id,
+            "x-sessiongate-turn-id": self.turn_id,
+            "x-sessiongate-worker": self.worker_id,
+        }
 
     def annotation(self) -> dict[str, str]:
         return {"session_id": self.session_id, "turn_id": self.turn_id, "worker": self.worker_id}
@@ -98,20 +122,30 @@ async def chat_completions(request: Request) -> Response:
 
     await state.store.get_or_create_session(session_id, tenant_id=tenant_id)
     turn = await state.store.begin_turn(
-        session_id, tenant_id=tenant_id, messages=body["messages"],
-        request={k: body[k] for k in _RECORDED_PARAMS if k in body}, received_at=received_at)
+        session_id,
+        tenant_id=tenant_id,
+        messages=body["messages"],
+        request={k: body[k] for k in _RECORDED_PARAMS if k in body},
+        received_at=received_at,
+    )
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
 
     candidates = state.workers.routable()
     if not candidates:
-        error = ServiceUnavailable("No healthy worker is available; the turn was recorded as failed.",
-                                   code="no_healthy_worker")
+        error = ServiceUnavailable(
+            "No healthy worker is available; the turn was recorded as failed.", code="no_healthy_worker"
+        )
         await _record_failure(state, turn.id, error, ended_at=_now())
         raise error
     worker = state.policy.choose(RouteRequest(session_id=session_id, tenant_id=tenant_id), candidates)
     ctx = TurnContext(
-        state=state, tenant_id=tenant_id, session_id=session_id, turn_id=turn.id, worker_id=worker.id,
-        received_at=received_at, started=started,
+        state=state,
+        tenant_id=tenant_id,
+        session_id=session_id,
+        turn_id=turn.id,
+        worker_id=worker.id,
+        received_at=received_at,
+        started=started,
         client_wants_usage=bool((chat.stream_options or {}).get("include_usage")),
         client_wants_cache_report=bool(body.get("return_cached_tokens_details")),
     )
@@ -145,42 +179,73 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
     ended_at = _now()
     state = ctx.state
     usage = result.usage or {}
-    prompt_details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"),
-                                                                      dict) else {}
+    prompt_details = as_dict(usage.get("prompt_tokens_details"))
     state.metrics.turns.labels("ok", ctx.worker_id).inc()
     state.metrics.turn_latency.observe(time.perf_counter() - ctx.started)
-    state.metrics.record_prompt_sources(usage.get("prompt_tokens"), result.cached_tokens_details,
-                                        prompt_details.get("cached_tokens"))
+    state.metrics.record_prompt_sources(
+        usage.get("prompt_tokens"), result.cached_tokens_details, prompt_details.get("cached_tokens")
+    )
     try:
         await state.store.complete_turn(
-            ctx.turn_id, output_message=result.message, finish_reason=result.finish_reason,
-            model=result.model, usage=result.usage, cached_tokens_details=result.cached_tokens_details,
-            first_token_at=ctx.first_token_at, ended_at=ended_at, worker=ctx.worker_id,
-            dispatched_at=ctx.dispatched_at)
+            ctx.turn_id,
+            output_message=result.message,
+            finish_reason=result.finish_reason,
+            model=result.model,
+            usage=result.usage,
+            cached_tokens_details=result.cached_tokens_details,
+            first_token_at=ctx.first_token_at,
+            ended_at=ended_at,
+            worker=ctx.worker_id,
+            dispatched_at=ctx.dispatched_at,
+        )
     except sessions.StoreError as exc:
         log.error("turn_not_recorded", error=str(exc), status="ok")
 
 
-async def fail_turn(ctx: TurnContext, error: Exception, *, status: str = "failed",
-                    partial: dict[str, Any] | None = None) -> None:
+async def fail_turn(
+    ctx: TurnContext, error: Exception, *, status: str = "failed", partial: dict[str, Any] | None = None
+) -> None:
     if isinstance(error, WorkerUnreachable):
         ctx.state.workers.report_unreachable(ctx.worker_id, error.message)
     ctx.state.metrics.turns.labels(status, ctx.worker_id).inc()
-    await _record_failure(ctx.state, ctx.turn_id, error, ended_at=_now(), status=status, partial=partial,
-                          first_token_at=ctx.first_token_at, worker=ctx.worker_id,
-                          dispatched_at=ctx.dispatched_at)
+    await _record_failure(
+        ctx.state,
+        ctx.turn_id,
+        error,
+        ended_at=_now(),
+        status=status,
+        partial=partial,
+        first_token_at=ctx.first_token_at,
+        worker=ctx.worker_id,
+        dispatched_at=ctx.dispatched_at,
+    )
 
 
-async def _record_failure(state: GatewayState, turn_id: str, error: Exception, *, ended_at: datetime,
-                          status: str = "failed", partial: dict[str, Any] | None = None,
-                          first_token_at: datetime | None = None, worker: str | None = None,
-                          dispatched_at: datetime | None = None) -> None:
+async def _record_failure(
+    state: GatewayState,
+    turn_id: str,
+    error: Exception,
+    *,
+    ended_at: datetime,
+    status: str = "failed",
+    partial: dict[str, Any] | None = None,
+    first_token_at: datetime | None = None,
+    worker: str | None = None,
+    dispatched_at: datetime | None = None,
+) -> None:
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     try:
         await state.store.fail_turn(
-            turn_id, status=status, error_type=type(error).__name__, error_message=message,
-            ended_at=ended_at, partial_output=partial, first_token_at=first_token_at, worker=worker,
-            dispatched_at=dispatched_at)
+            turn_id,
+            status=status,
+            error_type=type(error).__name__,
+            error_message=message,
+            ended_at=ended_at,
+            partial_output=partial,
+            first_token_at=first_token_at,
+            worker=worker,
+            dispatched_at=dispatched_at,
+        )
     except sessions.StoreError as exc:
         log.error("turn_not_recorded", error=str(exc), status=status)
     log.info("turn_failed", status=status, error_type=type(error).__name__, error=message)

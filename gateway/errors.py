@@ -115,7 +115,9 @@ class WorkerRejected(UpstreamError):
         super().__init__(message, worker=worker)
         self.status_code = status_code
         if error is not None:
-            self.error_type = str(error.get("type") or ("invalid_request_error" if status_code < 500 else "upstream_error"))
+            self.error_type = str(
+                error.get("type") or ("invalid_request_error" if status_code < 500 else "upstream_error")
+            )
             self.param = error.get("param") if isinstance(error.get("param"), str) else None
             self.code = str(error["code"]) if error.get("code") is not None else None
         elif status_code < 500:
@@ -133,8 +135,9 @@ def _response(status: int, body: dict[str, Any], headers: Mapping[str, str] | No
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     if exc.status_code >= 500:
-        log.warning("request_failed", status=exc.status_code, error_type=exc.error_type, code=exc.code,
-                    error=exc.message)
+        log.warning(
+            "request_failed", status=exc.status_code, error_type=exc.error_type, code=exc.code, error=exc.message
+        )
     return _response(exc.status_code, exc.body())
 
 
@@ -153,9 +156,14 @@ async def _store_error(request: Request, exc: Exception) -> Response:
         if isinstance(exc, kind):
             if status >= 500:
                 log.warning("store_unavailable", error=str(exc))
-                return _response(status, error_body("The session store is unavailable; retry shortly.",
-                                                    error_type, code=code), {"Retry-After": "1"})
-            return _response(status, error_body(str(exc), error_type, code=code))
+                return _response(
+                    status,
+                    error_body("The session store is unavailable; retry shortly.", error_type, code=code),
+                    {"Retry-After": "1"},
+                )
+            # A conflict is final: retrying the same write cannot succeed (SDKs read this header).
+            headers = {"x-should-retry": "false"} if status == 409 else None
+            return _response(status, error_body(str(exc), error_type, code=code), headers)
     log.error("store_error", error=str(exc), exc_info=exc)
     return _response(500, error_body("Internal store error.", "internal_error"))
 

@@ -34,8 +34,9 @@ async def readyz(request: Request) -> Response:
     routable = state.workers.routable()
     checks["workers"] = f"{len(routable)} of {len(state.workers.workers)} routable"
     ready = checks["store"] == "ok" and bool(routable)
-    return JSONResponse({"status": "ready" if ready else "not_ready", "checks": checks},
-                        status_code=200 if ready else 503)
+    return JSONResponse(
+        {"status": "ready" if ready else "not_ready", "checks": checks}, status_code=200 if ready else 503
+    )
 
 
 async def metrics(request: Request) -> Response:
@@ -56,8 +57,7 @@ async def list_models(request: Request) -> Response:
     cache = request.app.state.models_cache
     if cache["expires"] < time.monotonic():
         routable = state.workers.routable()
-        answers = await asyncio.gather(*(state.worker_client.models(w.url) for w in routable),
-                                       return_exceptions=True)
+        answers = await asyncio.gather(*(state.worker_client.models(w.url) for w in routable), return_exceptions=True)
         models: dict[str, dict[str, object]] = {}
         for answer in answers:
             if isinstance(answer, httpx.HTTPError | ValueError):

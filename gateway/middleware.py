@@ -56,8 +56,13 @@ class RequestContext:
             route = scope.get("route")
             path = getattr(route, "path", None) or "unmatched"
             self.metrics.http_requests.labels(path, str(status)).inc()
-            log.info("request", method=scope["method"], path=path, status=status,
-                     duration_ms=round((time.perf_counter() - started) * 1000, 2))
+            log.info(
+                "request",
+                method=scope["method"],
+                path=path,
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
 
 
 class BodyLimit:
@@ -91,9 +96,17 @@ class BodyLimit:
 
     async def _refuse(self, send: Send) -> None:
         body = orjson.dumps(error_body(self._message(), "invalid_request_error", code="request_too_large"))
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

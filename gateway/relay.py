@@ -53,7 +53,8 @@ class StreamRelay:
         self.ctx.dispatched_at = datetime.now(UTC)
         try:
             self._lines = await self._resources.enter_async_context(
-                state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body))
+                state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body)
+            )
         except UpstreamError as exc:
             await self._resources.aclose()
             await fail_turn(self.ctx, exc)
@@ -70,8 +71,9 @@ class StreamRelay:
                 if self.done:
                     break
             if not self.done:
-                raise WorkerUnreachable(f"Worker {self.ctx.worker_id} ended the stream before it was done.",
-                                        worker=self.ctx.worker_id)
+                raise WorkerUnreachable(
+                    f"Worker {self.ctx.worker_id} ended the stream before it was done.", worker=self.ctx.worker_id
+                )
         except UpstreamError as exc:
             self.error = exc
             event = b"data: " + orjson.dumps(exc.body()) + b"\n\n"
@@ -92,8 +94,11 @@ class StreamRelay:
         if not isinstance(chunk, dict):
             return b"data: " + payload.encode() + b"\n\n"
         if "error" in chunk:
-            self.error = GatewayError(str(chunk["error"].get("message", "worker error"))
-                                      if isinstance(chunk["error"], dict) else str(chunk["error"]))
+            self.error = GatewayError(
+                str(chunk["error"].get("message", "worker error"))
+                if isinstance(chunk["error"], dict)
+                else str(chunk["error"])
+            )
             return b"data: " + payload.encode() + b"\n\n"
         self.assembler.add(chunk)
         if self.ctx.first_token_at is None and chunk.get("choices"):
@@ -135,15 +140,18 @@ class _RelayResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(self, relay: StreamRelay) -> None:
-        super().__init__(content=None, status_code=200, media_type=self.media_type,
-                         headers={**relay.ctx.headers(), "cache-control": "no-cache"})
+        super().__init__(
+            content=None,
+            status_code=200,
+            media_type=self.media_type,
+            headers={**relay.ctx.headers(), "cache-control": "no-cache"},
+        )
         self.relay = relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         client_gone = False
         try:
-            await send({"type": "http.response.start", "status": self.status_code,
-                        "headers": self.raw_headers})
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             async with anyio.create_task_group() as group:
 
                 async def watch_disconnect() -> None:

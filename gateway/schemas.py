@@ -37,7 +37,10 @@ def validate_session_id(value: str, *, param: str) -> str:
     if not SESSION_ID_PATTERN.fullmatch(value):
         raise InvalidRequest(
             f"Invalid session id {value[:64]!r}: use 1-128 characters from letters, digits and ._:@- "
-            "starting with a letter or digit.", param=param, code="invalid_session_id")
+            "starting with a letter or digit.",
+            param=param,
+            code="invalid_session_id",
+        )
     return value
 
 
@@ -99,8 +102,9 @@ def validate(model: type[M], data: Any) -> M:
     except ValidationError as exc:
         first = exc.errors()[0]
         param = _param_path(first.get("loc", ()))
-        raise InvalidRequest(f"Invalid value for '{param}': {first.get('msg', 'invalid')}.",
-                             param=param or None) from None
+        raise InvalidRequest(
+            f"Invalid value for '{param}': {first.get('msg', 'invalid')}.", param=param or None
+        ) from None
 
 
 def _param_path(loc: tuple[int | str, ...] | Any) -> str:

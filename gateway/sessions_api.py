@@ -15,8 +15,17 @@ from .errors import InvalidRequest
 from .schemas import CreateSessionBody, UpdateSessionBody, parse_json, validate, validate_session_id
 from .state import gateway_state
 
-__all__ = ["create_session", "delete_session", "get_session", "list_messages", "list_sessions",
-           "list_turns", "serialize_session", "serialize_turn", "update_session"]
+__all__ = [
+    "create_session",
+    "delete_session",
+    "get_session",
+    "list_messages",
+    "list_sessions",
+    "list_turns",
+    "serialize_session",
+    "serialize_turn",
+    "update_session",
+]
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -25,27 +34,57 @@ def _iso(value: datetime | None) -> str | None:
 
 def serialize_session(record: sessions.SessionRecord) -> dict[str, Any]:
     return {
-        "id": record.id, "object": "session", "tenant_id": record.tenant_id, "state": record.state,
-        "priority": record.priority, "metadata": record.metadata, "created_at": _iso(record.created_at),
-        "last_active_at": _iso(record.last_active_at), "turn_count": record.turn_count,
+        "id": record.id,
+        "object": "session",
+        "tenant_id": record.tenant_id,
+        "state": record.state,
+        "priority": record.priority,
+        "metadata": record.metadata,
+        "created_at": _iso(record.created_at),
+        "last_active_at": _iso(record.last_active_at),
+        "turn_count": record.turn_count,
     }
 
 
 def serialize_turn(turn: sessions.TurnRecord) -> dict[str, Any]:
     usage = None
     if turn.prompt_tokens is not None or turn.completion_tokens is not None:
-        usage = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
-                 "cached_tokens": turn.cached_tokens, "cached_tokens_details": turn.cached_tokens_details}
+        usage = {
+            "prompt_tokens": turn.prompt_tokens,
+            "completion_tokens": turn.completion_tokens,
+            "cached_tokens": turn.cached_tokens,
+            "cached_tokens_details": turn.cached_tokens_details,
+        }
     return {
-        "id": turn.id, "object": "session.turn", "session_id": turn.session_id, "seq": turn.seq,
-        "status": turn.status, "input_messages": turn.input_messages, "context_reset": turn.context_reset,
-        "output_message": turn.output_message, "finish_reason": turn.finish_reason, "model": turn.model,
-        "worker": turn.worker, "error": turn.error, "usage": usage,
-        "timings": {"received_at": _iso(turn.received_at), "dispatched_at": _iso(turn.dispatched_at),
-                    "first_token_at": _iso(turn.first_token_at), "ended_at": _iso(turn.ended_at)},
+        "id": turn.id,
+        "object": "session.turn",
+        "session_id": turn.session_id,
+        "seq": turn.seq,
+        "status": turn.status,
+        "input_messages": turn.input_messages,
+        "context_reset": turn.context_reset,
+        "output_message": turn.output_message,
+        "finish_reason": turn.finish_reason,
+        "model": turn.model,
+        "worker": turn.worker,
+        "error": turn.error,
+        "usage": usage,
+        "timings": {
+            "received_at": _iso(turn.received_at),
+            "dispatched_at": _iso(turn.dispatched_at),
+            "first_token_at": _iso(turn.first_token_at),
+            "ended_at": _iso(turn.ended_at),
+        },
         "tool_calls": [
-            {"id": c.call_id, "name": c.name, "arguments": c.arguments, "requested_at": _iso(c.requested_at),
-             "result": c.result, "returned_at": _iso(c.returned_at), "duration_ms": c.duration_ms}
+            {
+                "id": c.call_id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "requested_at": _iso(c.requested_at),
+                "result": c.result,
+                "returned_at": _iso(c.returned_at),
+                "duration_ms": c.duration_ms,
+            }
             for c in turn.tool_calls
         ],
     }
@@ -72,7 +111,8 @@ async def create_session(request: Request) -> Response:
     if body.session_id is not None:
         validate_session_id(body.session_id, param="session_id")
     record = await state.store.create_session(
-        tenant_id=tenant_id, session_id=body.session_id, priority=body.priority, metadata=body.metadata)
+        tenant_id=tenant_id, session_id=body.session_id, priority=body.priority, metadata=body.metadata
+    )
     return JSONResponse(serialize_session(record), status_code=201)
 
 
@@ -83,14 +123,14 @@ async def list_sessions(request: Request) -> Response:
     if after is not None:
         validate_session_id(after, param="after")
     page = await state.store.list_sessions(tenant_id=tenant_id, limit=_limit(request, 20, 100), after=after)
-    return JSONResponse({"object": "list", "data": [serialize_session(s) for s in page.items],
-                         "has_more": page.has_more})
+    return JSONResponse(
+        {"object": "list", "data": [serialize_session(s) for s in page.items], "has_more": page.has_more}
+    )
 
 
 async def get_session(request: Request) -> Response:
     state = gateway_state(request)
-    record = await state.store.get_session(_path_session_id(request),
-                                           tenant_id=authenticate(request, state.settings))
+    record = await state.store.get_session(_path_session_id(request), tenant_id=authenticate(request, state.settings))
     return JSONResponse(serialize_session(record))
 
 
@@ -98,8 +138,9 @@ async def update_session(request: Request) -> Response:
     state = gateway_state(request)
     tenant_id = authenticate(request, state.settings)
     body = validate(UpdateSessionBody, parse_json(await request.body()))
-    record = await state.store.update_session(_path_session_id(request), tenant_id=tenant_id,
-                                              priority=body.priority, metadata=body.metadata)
+    record = await state.store.update_session(
+        _path_session_id(request), tenant_id=tenant_id, priority=body.priority, metadata=body.metadata
+    )
     return JSONResponse(serialize_session(record))
 
 
@@ -112,14 +153,15 @@ async def delete_session(request: Request) -> Response:
 
 async def list_turns(request: Request) -> Response:
     state = gateway_state(request)
-    turns = await state.store.list_turns(_path_session_id(request),
-                                         tenant_id=authenticate(request, state.settings),
-                                         limit=_limit(request, 100, 1000))
+    turns = await state.store.list_turns(
+        _path_session_id(request), tenant_id=authenticate(request, state.settings), limit=_limit(request, 100, 1000)
+    )
     return JSONResponse({"object": "list", "data": [serialize_turn(t) for t in turns]})
 
 
 async def list_messages(request: Request) -> Response:
     state = gateway_state(request)
-    messages = await state.store.session_context(_path_session_id(request),
-                                                 tenant_id=authenticate(request, state.settings))
+    messages = await state.store.session_context(
+        _path_session_id(request), tenant_id=authenticate(request, state.settings)
+    )
     return JSONResponse({"object": "list", "data": messages})

@@ -49,9 +49,7 @@ class GatewaySettings:
     log_content: bool = False
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> GatewaySettings:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> GatewaySettings:
         """Build settings from `SESSIONGATE_*` variables, then apply non-None `overrides`."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -98,4 +96,3 @@ def _parse(name: str, raw: str, annotation: object) -> object:
     except ValueError as exc:
         raise SettingsError(f"{name}={raw!r} is not a valid {kind}") from exc
     return raw
-

@@ -20,8 +20,13 @@ from .errors import UpstreamError, WorkerRejected, WorkerTimeout, WorkerUnreacha
 __all__ = ["WorkerClient", "make_http_client"]
 
 
-def make_http_client(*, connect_timeout_s: float, read_timeout_s: float, fast: bool = True,
-                     transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+def make_http_client(
+    *,
+    connect_timeout_s: float,
+    read_timeout_s: float,
+    fast: bool = True,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
     """The gateway's shared client; `transport` is the test seam."""
     timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s)
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
@@ -73,7 +78,8 @@ class WorkerClient:
         try:
             async with asyncio.timeout(self._read_timeout_s):
                 response = await self._client.post(
-                    f"{url}/v1/chat/completions", content=orjson.dumps(body),
+                    f"{url}/v1/chat/completions",
+                    content=orjson.dumps(body),
                     headers={"content-type": "application/json"},
                 )
                 content = await response.aread()
@@ -92,14 +98,15 @@ class WorkerClient:
         return answer
 
     @contextlib.asynccontextmanager
-    async def chat_stream(self, worker_id: str, url: str, body: Mapping[str, Any]) -> AsyncIterator[
-            AsyncIterator[str]]:
+    async def chat_stream(self, worker_id: str, url: str, body: Mapping[str, Any]) -> AsyncIterator[AsyncIterator[str]]:
         """Open a streamed chat completion; yields an iterator over its SSE lines.
 
         Errors before the first byte raise from the `async with`; later ones raise from the iterator.
         """
         request = self._client.build_request(
-            "POST", f"{url}/v1/chat/completions", content=orjson.dumps(body),
+            "POST",
+            f"{url}/v1/chat/completions",
+            content=orjson.dumps(body),
             headers={"content-type": "application/json", "accept": "text/event-stream"},
         )
         try:
@@ -111,8 +118,7 @@ class WorkerClient:
             raise translate(exc, worker_id) from exc
         try:
             if response.status_code != 200:
-                raise WorkerRejected(response.status_code, _decode_error(await response.aread()),
-                                     worker=worker_id)
+                raise WorkerRejected(response.status_code, _decode_error(await response.aread()), worker=worker_id)
             yield self._lines(response, worker_id)
         finally:
             await response.aclose()

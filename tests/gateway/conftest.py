@@ -55,19 +55,22 @@ class Gateway:
 async def running_gateway(tmp_path: Path, *, real_network: bool = False, **settings: Any) -> AsyncIterator[Gateway]:
     """The gateway in front of two fake workers; `real_network` uses its real transport (for real sockets)."""
     shared_pool: list[tuple[str, ...]] = []
-    behaviours = {"worker-a": FakeWorkerBehaviour(pool=shared_pool),
-                  "worker-b": FakeWorkerBehaviour(pool=shared_pool)}
+    behaviours = {"worker-a": FakeWorkerBehaviour(pool=shared_pool), "worker-b": FakeWorkerBehaviour(pool=shared_pool)}
     # raise_app_exceptions=False: a fake worker that dies mid-stream looks like a closed connection.
-    transport = httpx.ASGITransport(app=HostDispatch({k: create_fake_worker(v) for k, v in behaviours.items()}),
-                                    raise_app_exceptions=False)
+    transport = httpx.ASGITransport(
+        app=HostDispatch({k: create_fake_worker(v) for k, v in behaviours.items()}), raise_app_exceptions=False
+    )
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
-    options: dict[str, Any] = {"workers": WORKER_URLS, "database_url": database_url, "health_interval_s": 0.05,
-                               **settings}
+    options: dict[str, Any] = {
+        "workers": WORKER_URLS,
+        "database_url": database_url,
+        "health_interval_s": 0.05,
+        **settings,
+    }
     app = create_app(GatewaySettings(**options), worker_transport=None if real_network else transport)
     async with app.router.lifespan_context(app) as state:
         served = WithLifespanState(app, state)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served),
-                                     base_url="http://gateway") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://gateway") as client:
             yield Gateway(client, behaviours, app, state["gateway"], database_url)
 
 

@@ -13,12 +13,13 @@ USER = {"role": "user", "content": "what is the capital of France"}
 
 
 def _sse_events(text: str) -> list[str]:
-    return [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
+    return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
 
 
 async def test_non_streamed_turn_is_answered_and_recorded(gateway: Gateway) -> None:
-    response = await gateway.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": [USER]},
-                                         headers={"X-Session-Id": "s-1"})
+    response = await gateway.client.post(
+        "/v1/chat/completions", json={"model": "fake-model", "messages": [USER]}, headers={"X-Session-Id": "s-1"}
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["object"] == "chat.completion"
@@ -41,12 +42,14 @@ async def test_non_streamed_turn_is_answered_and_recorded(gateway: Gateway) -> N
 
 
 async def test_second_turn_records_only_new_messages_and_cached_tokens(gateway: Gateway) -> None:
-    first = await gateway.client.post("/v1/chat/completions", json={"messages": [USER]},
-                                      headers={"X-Session-Id": "s-2"})
+    first = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "s-2"}
+    )
     reply = first.json()["choices"][0]["message"]
     follow_up = {"role": "user", "content": "and of Italy"}
-    second = await gateway.client.post("/v1/chat/completions", json={"messages": [USER, reply, follow_up]},
-                                       headers={"X-Session-Id": "s-2"})
+    second = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": [USER, reply, follow_up]}, headers={"X-Session-Id": "s-2"}
+    )
     assert second.status_code == 200
     usage = second.json()["usage"]
     cached = usage["prompt_tokens_details"]["cached_tokens"]
@@ -75,8 +78,9 @@ async def test_second_turn_records_only_new_messages_and_cached_tokens(gateway: 
     ],
 )
 async def test_session_id_sources(gateway: Gateway, headers: dict[str, str], body_extra: dict[str, str]) -> None:
-    response = await gateway.client.post("/v1/chat/completions", json={"messages": [USER], **body_extra},
-                                         headers=headers)
+    response = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": [USER], **body_extra}, headers=headers
+    )
     assert response.status_code == 200
     assert response.headers["x-session-id"] == "via-header"
     # The gateway's own field never reaches the worker.
@@ -93,7 +97,9 @@ async def test_request_without_session_gets_a_new_one(gateway: Gateway) -> None:
 
 async def test_streamed_turn_relays_sse_and_records_the_assembled_answer(gateway: Gateway) -> None:
     async with gateway.client.stream(
-        "POST", "/v1/chat/completions", json={"messages": [USER], "stream": True},
+        "POST",
+        "/v1/chat/completions",
+        json={"messages": [USER], "stream": True},
         headers={"X-Session-Id": "s-stream"},
     ) as response:
         assert response.status_code == 200
@@ -120,7 +126,8 @@ async def test_stream_with_include_usage_carries_cache_report_and_annotation(gat
     response = await gateway.client.post(
         "/v1/chat/completions",
         json={"messages": [USER], "stream": True, "stream_options": {"include_usage": True}},
-        headers={"X-Session-Id": "s-usage"})
+        headers={"X-Session-Id": "s-usage"},
+    )
     chunks = [orjson.loads(e) for e in _sse_events(response.text)[:-1]]
     usage_chunk = chunks[-1]
     assert usage_chunk["choices"] == []
@@ -130,19 +137,30 @@ async def test_stream_with_include_usage_carries_cache_report_and_annotation(gat
 
 
 async def test_tool_call_and_tool_result_are_recorded_with_duration(gateway: Gateway) -> None:
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"q": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+    ]
     first = await gateway.client.post(
-        "/v1/chat/completions", json={"messages": [USER], "tools": tools, "tool_choice": "required"},
-        headers={"X-Session-Id": "s-tools"})
+        "/v1/chat/completions",
+        json={"messages": [USER], "tools": tools, "tool_choice": "required"},
+        headers={"X-Session-Id": "s-tools"},
+    )
     message = first.json()["choices"][0]["message"]
     call = message["tool_calls"][0]
     assert call["function"]["name"] == "get_weather"
 
     result = {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}
     second = await gateway.client.post(
-        "/v1/chat/completions", json={"messages": [USER, message, result], "tools": tools},
-        headers={"X-Session-Id": "s-tools"})
+        "/v1/chat/completions",
+        json={"messages": [USER, message, result], "tools": tools},
+        headers={"X-Session-Id": "s-tools"},
+    )
     assert second.status_code == 200
 
     turns = (await gateway.client.get("/v1/sessions/s-tools/turns")).json()["data"]
@@ -150,7 +168,8 @@ async def test_tool_call_and_tool_result_are_recorded_with_duration(gateway: Gat
     assert [c["id"] for c in recorded] == [call["id"]]
     assert recorded[0]["name"] == "get_weather"
     assert recorded[0]["result"] == "sunny"
-    assert recorded[0]["duration_ms"] is not None and recorded[0]["duration_ms"] >= 0
+    assert recorded[0]["duration_ms"] is not None
+    assert recorded[0]["duration_ms"] >= 0
     assert turns[1]["input_messages"] == [result]
 
 
@@ -159,7 +178,8 @@ async def test_streamed_tool_call_fragments_are_assembled(gateway: Gateway) -> N
     await gateway.client.post(
         "/v1/chat/completions",
         json={"messages": [USER], "tools": tools, "tool_choice": "required", "stream": True},
-        headers={"X-Session-Id": "s-stream-tools"})
+        headers={"X-Session-Id": "s-stream-tools"},
+    )
     turn = (await gateway.client.get("/v1/sessions/s-stream-tools/turns")).json()["data"][0]
     call = turn["output_message"]["tool_calls"][0]
     assert call["function"] == {"name": "search", "arguments": '{"q":"x"}'}
@@ -169,7 +189,8 @@ async def test_streamed_tool_call_fragments_are_assembled(gateway: Gateway) -> N
 async def test_sequential_turns_spread_over_idle_workers(gateway: Gateway) -> None:
     seen = set()
     for i in range(4):
-        response = await gateway.client.post("/v1/chat/completions", json={"messages": [USER]},
-                                             headers={"X-Session-Id": f"spread-{i}"})
+        response = await gateway.client.post(
+            "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": f"spread-{i}"}
+        )
         seen.add(response.headers["x-sessiongate-worker"])
     assert seen == {"worker-a:30000", "worker-b:30000"}

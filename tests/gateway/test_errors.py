@@ -27,8 +27,9 @@ def _assert_openai_error(response: Any, status: int, error_type: str | None = No
 
 
 async def test_malformed_json(gateway: Gateway) -> None:
-    response = await gateway.client.post("/v1/chat/completions", content=b"{not json",
-                                         headers={"content-type": "application/json"})
+    response = await gateway.client.post(
+        "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
     error = _assert_openai_error(response, 400, "invalid_request_error")
     assert error["code"] == "invalid_json"
 
@@ -56,8 +57,9 @@ async def test_body_that_is_not_an_object(gateway: Gateway) -> None:
 
 
 async def test_invalid_session_id(gateway: Gateway) -> None:
-    response = await gateway.client.post("/v1/chat/completions", json={"messages": [USER]},
-                                         headers={"X-Session-Id": "bad id with spaces"})
+    response = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "bad id with spaces"}
+    )
     error = _assert_openai_error(response, 400)
     assert error["param"] == "x-session-id"
 
@@ -84,7 +86,7 @@ async def test_oversized_body_is_refused(make_gateway: Callable[..., Any]) -> No
         async def chunks() -> Any:  # no content-length: the limit is enforced while reading
             data = orjson.dumps(big)
             for i in range(0, len(data), 1000):
-                yield data[i:i + 1000]
+                yield data[i : i + 1000]
 
         response = await gw.client.post("/v1/chat/completions", content=chunks())
         _assert_openai_error(response, 413)
@@ -100,8 +102,9 @@ async def test_all_workers_down_gives_503_and_keeps_the_turn(gateway: Gateway) -
     for worker in gateway.state.workers.workers:
         await gateway.state.workers.check(worker)
         await gateway.state.workers.check(worker)
-    response = await gateway.client.post("/v1/chat/completions", json={"messages": [USER]},
-                                         headers={"X-Session-Id": "down"})
+    response = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "down"}
+    )
     error = _assert_openai_error(response, 503, "service_unavailable")
     assert error["code"] == "no_healthy_worker"
     (turn,) = await _turns(gateway, "down")
@@ -111,11 +114,13 @@ async def test_all_workers_down_gives_503_and_keeps_the_turn(gateway: Gateway) -
 
 
 async def test_unreachable_worker_gives_502_keeps_the_turn_and_leaves_the_pool(
-        make_gateway: Callable[..., Any]) -> None:
+    make_gateway: Callable[..., Any],
+) -> None:
     # A real socket to a closed port, through the gateway's real transport.
     async with make_gateway(workers=("http://127.0.0.1:9",), health_interval_s=3600, real_network=True) as gw:
-        response = await gw.client.post("/v1/chat/completions", json={"messages": [USER]},
-                                        headers={"X-Session-Id": "unreachable"})
+        response = await gw.client.post(
+            "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "unreachable"}
+        )
         error = _assert_openai_error(response, 502, "upstream_error")
         assert error["code"] == "worker_unreachable"
         (turn,) = await _turns(gw, "unreachable")
@@ -129,8 +134,9 @@ async def test_unreachable_worker_gives_502_keeps_the_turn_and_leaves_the_pool(
 async def test_worker_error_status_is_relayed_and_the_turn_failed(gateway: Gateway) -> None:
     for worker in gateway.workers.values():
         worker.fail_status = 400
-    response = await gateway.client.post("/v1/chat/completions", json={"messages": [USER]},
-                                         headers={"X-Session-Id": "rejected"})
+    response = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "rejected"}
+    )
     error = _assert_openai_error(response, 400)
     assert "injected failure" in error["message"]
     (turn,) = await _turns(gateway, "rejected")
@@ -141,7 +147,8 @@ async def test_worker_dying_mid_stream_ends_with_an_error_event(gateway: Gateway
     for worker in gateway.workers.values():
         worker.die_after_chunks = 2
     response = await gateway.client.post(
-        "/v1/chat/completions", json={"messages": [USER], "stream": True}, headers={"X-Session-Id": "midway"})
+        "/v1/chat/completions", json={"messages": [USER], "stream": True}, headers={"X-Session-Id": "midway"}
+    )
     assert response.status_code == 200
     events = [line[6:] for line in response.text.split("\n\n") if line.startswith("data: ")]
     assert "[DONE]" not in events
@@ -157,8 +164,9 @@ async def test_hanging_worker_times_out_with_504(make_gateway: Callable[..., Any
     async with make_gateway(upstream_read_timeout_s=0.3) as gw:
         for worker in gw.workers.values():
             worker.hang = True
-        response = await gw.client.post("/v1/chat/completions", json={"messages": [USER]},
-                                        headers={"X-Session-Id": "hang"})
+        response = await gw.client.post(
+            "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "hang"}
+        )
         error = _assert_openai_error(response, 504)
         assert error["code"] == "worker_timeout"
         (turn,) = await _turns(gw, "hang")
