@@ -1,1 +1,47 @@
-"""sessions."""
+"""sessions: the gateway's SQL store of sessions, turns, tool calls, advisories and workers.
+
+`create_engine(url)` + `SqlSessionStore(engine)` give a `SessionStore`; `upgrade(url)` migrates the schema.
+SQLite (aiosqlite) is the embedded default, PostgreSQL (asyncpg) serves several gateway replicas.
+This package imports nothing from `gateway`, `sdk` or `sglang_ext`.
+"""
+
+from __future__ import annotations
+
+from ._convert import MAX_SESSION_ID_LENGTH
+from .database import create_engine, upgrade, upgrade_sync
+from .errors import (
+    AdvisoryNotFound,
+    InvalidTransition,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+    ToolCallNotFound,
+    TurnNotFound,
+)
+from .protocol import SessionStore
+from .records import AdvisoryRecord, Page, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
+from .store import SqlSessionStore
+
+__all__ = [
+    "MAX_SESSION_ID_LENGTH",
+    "AdvisoryNotFound",
+    "AdvisoryRecord",
+    "InvalidTransition",
+    "Page",
+    "SessionExists",
+    "SessionNotFound",
+    "SessionRecord",
+    "SessionStore",
+    "SqlSessionStore",
+    "StoreError",
+    "StoreUnavailable",
+    "ToolCallNotFound",
+    "ToolCallRecord",
+    "TurnNotFound",
+    "TurnRecord",
+    "WorkerRecord",
+    "create_engine",
+    "upgrade",
+    "upgrade_sync",
+]

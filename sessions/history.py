@@ -1,0 +1,173 @@
+"""Pure functions for storing a conversation as deltas: what is new in a request, and what the context is.
+
+Clients send the whole OpenAI message list with every request; a turn stores only the messages that are new.
+The session's *context* is, over the turns with status "ok" in seq order, starting at the last one with
+`context_reset` (or the first turn), `input_messages + [output_message]`. A request whose messages start
+with the context (compared after `normalise_message`) extends it; any other request (the client edited or
+rewound its history) is stored whole with `context_reset=True`. Failed and cancelled turns keep their input
+but are not part of the context, so a retried user message is recorded again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "Delta",
+    "RequestedToolCall",
+    "content_text",
+    "context_messages",
+    "normalise_message",
+    "requested_tool_calls",
+    "split_delta",
+    "tool_results",
+]
+
+NormalisedMessage = tuple[str, str, tuple[tuple[str, str, str], ...], str | None]
+
+
+class ContextTurn(Protocol):
+    """What `context_messages` needs of a turn (an ORM row and a `TurnRecord` both qualify)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def context_reset(self) -> bool: ...
+    @property
+    def input_messages(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def output_message(self) -> Mapping[str, Any] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    input_messages: list[dict[str, Any]]
+    context_reset: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedToolCall:
+    call_id: str
+    name: str
+    arguments: str
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text: a string as is, text parts joined, other parts as canonical JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+            else:
+                pieces.append(_canonical_json(part))
+        return "".join(pieces)
+    return _canonical_json(content)
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _canonical_arguments(arguments: Any) -> str:
+    # Frameworks often parse the model's arguments and serialise them again with other spacing.
+    if isinstance(arguments, str):
+        try:
+            return _canonical_json(json.loads(arguments))
+        except ValueError:
+            return arguments
+    if arguments is None:
+        return ""
+    return _canonical_json(arguments)
+
+
+def _tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [call for call in calls if isinstance(call, Mapping)]
+
+
+def normalise_message(message: Mapping[str, Any]) -> NormalisedMessage:
+    """The parts of a message that decide whether two messages are "the same" turn of a conversation.
+
+    Role, content as text, tool calls as (id, name, arguments) and tool_call_id; other keys are ignored,
+    and so is the difference between a missing key, None and an empty content or tool call list.
+    """
+    calls = []
+    for call in _tool_calls(message):
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        calls.append(
+            (
+                str(call.get("id") or ""),
+                str(function.get("name") or ""),
+                _canonical_arguments(function.get("arguments")),
+            )
+        )
+    tool_call_id = message.get("tool_call_id")
+    return (
+        str(message.get("role") or ""),
+        content_text(message.get("content")),
+        tuple(calls),
+        str(tool_call_id) if tool_call_id is not None else None,
+    )
+
+
+def context_messages(turns: Iterable[ContextTurn]) -> list[dict[str, Any]]:
+    """The session's context from its turns in seq order (turns that are not "ok" are skipped)."""
+    context: list[dict[str, Any]] = []
+    for turn in turns:
+        if turn.status != "ok":
+            continue
+        if turn.context_reset:
+            context = []
+        context.extend(dict(message) for message in turn.input_messages)
+        if turn.output_message is not None:
+            context.append(dict(turn.output_message))
+    return context
+
+
+def split_delta(context: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]]) -> Delta:
+    """What a request with the full message list `messages` adds to `context`."""
+    new = [dict(message) for message in messages]
+    if len(messages) >= len(context) and all(
+        normalise_message(old) == normalise_message(sent) for old, sent in zip(context, messages, strict=False)
+    ):
+        return Delta(input_messages=new[len(context) :], context_reset=False)
+    return Delta(input_messages=new, context_reset=True)
+
+
+def tool_results(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(tool_call_id, result text) for each role=tool message that names its call."""
+    results = []
+    for message in messages:
+        call_id = message.get("tool_call_id")
+        if message.get("role") == "tool" and isinstance(call_id, str) and call_id:
+            results.append((call_id, content_text(message.get("content"))))
+    return results
+
+
+def requested_tool_calls(output_message: Mapping[str, Any] | None) -> list[RequestedToolCall]:
+    """The tool calls an assistant message asks for, in order; calls without an id are skipped."""
+    if output_message is None:
+        return []
+    requested = []
+    for call in _tool_calls(output_message):
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            continue
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = "" if arguments is None else _canonical_json(arguments)
+        requested.append(RequestedToolCall(call_id, str(function.get("name") or ""), arguments))
+    return requested

@@ -1,0 +1,183 @@
+"""The ORM tables of the session store: tenants, sessions, turns, tool calls, advisories, workers.
+
+Every timestamp is an aware UTC datetime (`UTCDateTime` stores naive UTC on SQLite, `timestamptz` on
+PostgreSQL). Relationships are `lazy="raise"`: load them explicitly with `selectinload` or not at all.
+Deletes cascade in the database (`ON DELETE CASCADE`), so a session is removed with one statement.
+These classes never leave the package: the store returns the frozen records of `records.py`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "Advisory",
+    "Base",
+    "Session",
+    "Tenant",
+    "ToolCall",
+    "Turn",
+    "UTCDateTime",
+    "Worker",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC datetime on every backend; binding a naive datetime is an error."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: the store only accepts timezone-aware datetimes")
+        value = value.astimezone(UTC)
+        # SQLite has no time zones: store the UTC wall time, which also keeps string comparison correct.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+# JSON columns that may be absent store SQL NULL (not the JSON literal `null`) for Python None.
+NullableJSON = JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), list[dict[str, Any]]: JSON()}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime]
+
+
+class Session(Base):
+    __tablename__ = "sessions"
+    __table_args__ = (Index(None, "tenant_id", "last_active_at"),)
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(128), ForeignKey("tenants.id"))
+    state: Mapped[str] = mapped_column(String(16))
+    priority: Mapped[int]
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata")
+    created_at: Mapped[datetime]
+    last_active_at: Mapped[datetime]
+    turn_count: Mapped[int]
+
+    turns: Mapped[list[Turn]] = relationship(
+        back_populates="session", lazy="raise", passive_deletes=True, order_by="Turn.seq"
+    )
+
+
+class Turn(Base):
+    __tablename__ = "turns"
+    __table_args__ = (UniqueConstraint("session_id", "seq"), Index(None, "status", "received_at"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id", ondelete="CASCADE"))
+    seq: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16))
+    input_messages: Mapped[list[dict[str, Any]]]
+    context_reset: Mapped[bool]
+    request: Mapped[dict[str, Any]]
+    output_message: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+    finish_reason: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(256))
+    worker: Mapped[str | None] = mapped_column(String(256))
+    error: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+    received_at: Mapped[datetime]
+    dispatched_at: Mapped[datetime | None]
+    first_token_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    prompt_tokens: Mapped[int | None]
+    completion_tokens: Mapped[int | None]
+    cached_tokens: Mapped[int | None]
+    cached_tokens_details: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+    cached_device: Mapped[int | None]
+    cached_host: Mapped[int | None]
+    cached_storage: Mapped[int | None]
+
+    session: Mapped[Session] = relationship(back_populates="turns", lazy="raise")
+    tool_calls: Mapped[list[ToolCall]] = relationship(
+        back_populates="turn", lazy="raise", passive_deletes=True, order_by="ToolCall.id"
+    )
+
+
+class ToolCall(Base):
+    __tablename__ = "tool_calls"
+    __table_args__ = (UniqueConstraint("session_id", "call_id"), Index(None, "turn_id"))
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id", ondelete="CASCADE"))
+    turn_id: Mapped[str] = mapped_column(String(64), ForeignKey("turns.id", ondelete="CASCADE"))
+    call_id: Mapped[str] = mapped_column(String(256))
+    name: Mapped[str] = mapped_column(String(256))
+    arguments: Mapped[str] = mapped_column(Text)
+    requested_at: Mapped[datetime]
+    result: Mapped[str | None] = mapped_column(Text)
+    returned_at: Mapped[datetime | None]
+    duration_ms: Mapped[float | None] = mapped_column(Float)
+    result_source: Mapped[str | None] = mapped_column(String(16))
+
+    turn: Mapped[Turn] = relationship(back_populates="tool_calls", lazy="raise")
+
+
+class Advisory(Base):
+    __tablename__ = "advisories"
+    __table_args__ = (Index(None, "session_id", "created_at"), Index(None, "outcome", "expires_at"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))
+    target_worker: Mapped[str | None] = mapped_column(String(256))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    outcome: Mapped[str] = mapped_column(String(16))
+    resolved_at: Mapped[datetime | None]
+    turn_id: Mapped[str | None] = mapped_column(String(64), ForeignKey("turns.id", ondelete="SET NULL"))
+    detail: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    state: Mapped[str] = mapped_column(String(16))
+    last_seen_at: Mapped[datetime]
+    info: Mapped[dict[str, Any]]

@@ -1,0 +1,185 @@
+"""`SessionStore`: the seam between the gateway and the session store (`SqlSessionStore` implements it).
+
+All methods are coroutines, safe to call concurrently, each its own committed transaction. Every method
+that names a session takes the caller's `tenant_id` and raises `SessionNotFound` for another tenant's
+session. Datetimes must be timezone-aware (naive ones raise `ValueError`); the store returns UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from .records import AdvisoryRecord, Page, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
+
+__all__ = ["SessionStore"]
+
+
+class SessionStore(Protocol):
+    # sessions
+    async def create_session(
+        self,
+        *,
+        tenant_id: str = "default",
+        session_id: str | None = None,
+        priority: int = 0,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionRecord:
+        """A new active session (`sess_` + 24 hex when no id is given); `SessionExists` if the id is taken."""
+        ...
+
+    async def get_session(self, session_id: str, *, tenant_id: str) -> SessionRecord: ...
+
+    async def get_or_create_session(self, session_id: str, *, tenant_id: str) -> tuple[SessionRecord, bool]:
+        """The session and whether this call created it; concurrent calls agree on one row.
+
+        `SessionExists` if the id belongs to another tenant."""
+        ...
+
+    async def list_sessions(
+        self, *, tenant_id: str, limit: int = 20, after: str | None = None, state: str | None = None
+    ) -> Page[SessionRecord]:
+        """Newest first (created_at desc, then id); `after` is the last id of the previous page."""
+        ...
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        tenant_id: str,
+        priority: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        state: str | None = None,
+    ) -> SessionRecord:
+        """Change the fields given (None leaves one as it is); `metadata` replaces the whole dict."""
+        ...
+
+    async def delete_session(self, session_id: str, *, tenant_id: str) -> None:
+        """Delete the session with its turns, tool calls and advisories."""
+        ...
+
+    async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
+        """The conversation so far, as the model saw it (see `sessions.history`)."""
+        ...
+
+    # turns
+    async def begin_turn(
+        self,
+        session_id: str,
+        *,
+        tenant_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        request: Mapping[str, Any],
+        received_at: datetime,
+    ) -> TurnRecord:
+        """Record a request as a pending turn, storing only the messages new to the context, and the tool
+        results among them. `InvalidTransition` if the session is closed."""
+        ...
+
+    async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None: ...
+
+    async def complete_turn(
+        self,
+        turn_id: str,
+        *,
+        output_message: Mapping[str, Any],
+        finish_reason: str | None,
+        model: str | None,
+        usage: Mapping[str, Any] | None = None,
+        cached_tokens_details: Mapping[str, Any] | None = None,
+        first_token_at: datetime | None = None,
+        ended_at: datetime,
+        worker: str | None = None,
+        dispatched_at: datetime | None = None,
+    ) -> TurnRecord:
+        """Mark a pending turn ok with its answer; records the tool calls the answer requests.
+
+        `worker` and `dispatched_at` may be given here instead of through `mark_dispatched` (one write
+        less per request); None keeps what is stored."""
+        ...
+
+    async def fail_turn(
+        self,
+        turn_id: str,
+        *,
+        status: str = "failed",
+        error_type: str,
+        error_message: str,
+        ended_at: datetime,
+        partial_output: Mapping[str, Any] | None = None,
+        first_token_at: datetime | None = None,
+        worker: str | None = None,
+        dispatched_at: datetime | None = None,
+    ) -> TurnRecord:
+        """End a pending turn as "failed" or "cancelled"; it keeps its input but leaves the context.
+
+        `partial_output` is stored as the turn's output_message; `worker`/`dispatched_at` as in `complete_turn`."""
+        ...
+
+    async def list_turns(
+        self, session_id: str, *, tenant_id: str, limit: int = 100, after_seq: int | None = None
+    ) -> list[TurnRecord]:
+        """Turns in seq order (those after `after_seq`), each with its tool calls."""
+        ...
+
+    async def fail_pending_turns(
+        self, *, older_than: datetime | None = None, error_message: str, error_type: str = "interrupted"
+    ) -> int:
+        """Fail the turns still pending (received before `older_than`); returns how many."""
+        ...
+
+    # tool calls
+    async def record_tool_result(
+        self, session_id: str, call_id: str, *, tenant_id: str, content: str, returned_at: datetime
+    ) -> ToolCallRecord:
+        """A tool result posted through the API. Posting the same content again returns the call unchanged;
+        different content for a returned call is `InvalidTransition`."""
+        ...
+
+    async def pending_tool_calls(self, session_id: str, *, tenant_id: str) -> list[ToolCallRecord]: ...
+
+    # advisories
+    async def create_advisory(
+        self,
+        session_id: str,
+        *,
+        tenant_id: str,
+        kind: str,
+        target_worker: str | None,
+        created_at: datetime,
+        expires_at: datetime,
+        detail: Mapping[str, Any] | None = None,
+    ) -> AdvisoryRecord: ...
+
+    async def resolve_advisory(
+        self, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None = None
+    ) -> AdvisoryRecord:
+        """Settle a pending advisory; `InvalidTransition` if it was already resolved."""
+        ...
+
+    async def list_advisories(
+        self, session_id: str, *, tenant_id: str, outcome: str | None = None, limit: int = 100
+    ) -> list[AdvisoryRecord]: ...
+
+    # workers
+    async def upsert_worker(
+        self,
+        worker_id: str,
+        *,
+        url: str,
+        state: str,
+        last_seen_at: datetime,
+        info: Mapping[str, Any] | None = None,
+    ) -> WorkerRecord:
+        """Insert or update a worker; `info=None` keeps the stored info."""
+        ...
+
+    async def list_workers(self, *, state: str | None = None) -> list[WorkerRecord]: ...
+
+    # lifecycle
+    async def ping(self) -> None:
+        """A cheap round trip to the database; `StoreUnavailable` if it does not answer."""
+        ...
+
+    async def close(self) -> None: ...

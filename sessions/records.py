@@ -1,0 +1,109 @@
+"""The frozen values the store hands back to its callers, never ORM objects.
+
+Plain fields only; serialising them for the wire is the gateway's business. JSON-shaped fields
+(`metadata`, `input_messages`, ...) are fresh `dict`/`list` objects owned by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "AdvisoryRecord",
+    "Page",
+    "SessionRecord",
+    "ToolCallRecord",
+    "TurnRecord",
+    "WorkerRecord",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    id: str
+    tenant_id: str
+    state: str  # "active" | "closed"
+    priority: int
+    metadata: dict[str, Any]
+    created_at: datetime
+    last_active_at: datetime
+    turn_count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRecord:
+    id: int
+    session_id: str
+    turn_id: str  # the turn whose assistant output requested the call
+    call_id: str  # the model's id for the call, unique within the session
+    name: str
+    arguments: str
+    requested_at: datetime
+    result: str | None
+    returned_at: datetime | None
+    duration_ms: float | None  # returned_at - requested_at
+    result_source: str | None  # "message" (a role=tool message in a later request) | "api"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRecord:
+    id: str
+    session_id: str
+    seq: int
+    status: str  # "pending" | "ok" | "failed" | "cancelled"
+    input_messages: list[dict[str, Any]]  # only the messages new in this request
+    context_reset: bool  # the request did not extend the session's context: input_messages is all of it
+    request: dict[str, Any]
+    output_message: dict[str, Any] | None  # on a failed turn: the partial output, if any
+    finish_reason: str | None
+    model: str | None
+    worker: str | None
+    error: dict[str, Any] | None  # {"type": ..., "message": ...}
+    received_at: datetime
+    dispatched_at: datetime | None
+    first_token_at: datetime | None
+    ended_at: datetime | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    cached_tokens_details: dict[str, Any] | None
+    cached_device: int | None
+    cached_host: int | None
+    cached_storage: int | None
+    tool_calls: tuple[ToolCallRecord, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdvisoryRecord:
+    id: str
+    session_id: str
+    kind: str  # "typing" | "tool_result" | "tool_call" | "explicit"
+    target_worker: str | None
+    created_at: datetime
+    expires_at: datetime
+    outcome: str  # "pending" | "used" | "late" | "wasted" | "missed" | "cancelled"
+    resolved_at: datetime | None
+    turn_id: str | None
+    detail: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRecord:
+    id: str
+    url: str
+    state: str  # "healthy" | "unhealthy" | "draining"
+    last_seen_at: datetime
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; pass the last item's id as `after` to get the next one."""
+
+    items: Sequence[T]
+    has_more: bool

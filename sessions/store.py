@@ -1,0 +1,446 @@
+"""`SqlSessionStore`: the `SessionStore` on SQLAlchemy's async engine (SQLite or PostgreSQL).
+
+The gateway holds one store for the life of the process and calls it from many tasks at once: every call
+opens its own `AsyncSession` and transaction, commits before returning and returns frozen records, never
+ORM objects. Turn and tool-call logic lives in `turns.py`; this class owns the transaction boundary and
+translates database failures into `StoreUnavailable` in one place, `_transaction`. Inserts that may race
+(session get-or-create, tenants, worker upserts) use the backend's `INSERT ... ON CONFLICT`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, or_, select, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.sql.dml import Insert
+
+from . import _convert as cv
+from . import history, turns
+from .database import create_engine
+from .errors import (
+    AdvisoryNotFound,
+    InvalidTransition,
+    SessionExists,
+    SessionNotFound,
+    StoreError,
+    StoreUnavailable,
+    is_unavailable,
+)
+from .models import Advisory, Session, Tenant, ToolCall, Worker
+from .protocol import SessionStore
+from .records import AdvisoryRecord, Page, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
+
+__all__ = ["SessionStore", "SqlSessionStore"]
+
+
+class SqlSessionStore:
+    """The session store on `engine`, whose schema `sessions.upgrade` has created. `close()` disposes it."""
+
+    def __init__(self, engine: AsyncEngine, *, clock: Callable[[], datetime] = cv.utcnow) -> None:
+        self._backend = engine.dialect.name
+        if self._backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"unsupported database {self._backend!r}: use sqlite or postgresql")
+        self._engine = engine
+        self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
+        self._clock = clock
+
+    @classmethod
+    def from_url(cls, url: str | URL) -> SqlSessionStore:
+        return cls(create_engine(url))
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncSession]:
+        try:
+            async with self._sessionmaker() as db, db.begin():
+                yield db
+        except StoreError:
+            raise
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise StoreUnavailable(f"session store unavailable: {type(exc).__name__}: {exc}") from exc
+            raise
+
+    def _insert(self, entity: Any, values: Mapping[str, Any], update_keys: Sequence[str] = ()) -> Insert:
+        """INSERT that ignores (or, for `update_keys`, updates from) a row with the same primary key."""
+        if self._backend == "sqlite":
+            lite = sqlite.insert(entity).values(dict(values))
+            if update_keys:
+                return lite.on_conflict_do_update(
+                    index_elements=["id"], set_={key: lite.excluded[key] for key in update_keys}
+                )
+            return lite.on_conflict_do_nothing(index_elements=["id"])
+        pg = postgresql.insert(entity).values(dict(values))
+        if update_keys:
+            return pg.on_conflict_do_update(index_elements=["id"], set_={key: pg.excluded[key] for key in update_keys})
+        return pg.on_conflict_do_nothing(index_elements=["id"])
+
+    async def _insert_session(
+        self, db: AsyncSession, session_id: str, tenant_id: str, priority: int, metadata: Mapping[str, Any]
+    ) -> Session | None:
+        now = self._clock()
+        await db.execute(self._insert(Tenant, {"id": tenant_id, "name": tenant_id, "created_at": now}))
+        values = {
+            "id": session_id,
+            "tenant_id": tenant_id,
+            "state": "active",
+            "priority": priority,
+            "metadata": dict(metadata),
+            "created_at": now,
+            "last_active_at": now,
+            "turn_count": 0,
+        }
+        return await db.scalar(self._insert(Session, values).returning(Session))
+
+    # sessions
+
+    async def create_session(
+        self,
+        *,
+        tenant_id: str = "default",
+        session_id: str | None = None,
+        priority: int = 0,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionRecord:
+        session_id = cv.check_session_id(session_id) if session_id is not None else cv.new_id("sess_")
+        async with self._transaction() as db:
+            row = await self._insert_session(db, session_id, tenant_id, priority, metadata or {})
+            if row is None:
+                raise SessionExists(session_id)
+            return cv.session_record(row)
+
+    async def get_session(self, session_id: str, *, tenant_id: str) -> SessionRecord:
+        async with self._transaction() as db:
+            return cv.session_record(await turns.session_row(db, session_id, tenant_id))
+
+    async def get_or_create_session(self, session_id: str, *, tenant_id: str) -> tuple[SessionRecord, bool]:
+        cv.check_session_id(session_id)
+        by_id = select(Session).where(Session.id == session_id)
+        async with self._transaction() as db:
+            row = await db.scalar(by_id)
+            if row is None:
+                row = await self._insert_session(db, session_id, tenant_id, 0, {})
+                if row is not None:
+                    return cv.session_record(row), True
+                # Another caller inserted it since our SELECT (its transaction has committed by now).
+                row = await db.scalar(by_id.execution_options(populate_existing=True))
+                if row is None:
+                    raise SessionNotFound(session_id)  # and it was deleted again in between
+            if row.tenant_id != tenant_id:
+                raise SessionExists(session_id)
+            return cv.session_record(row), False
+
+    async def list_sessions(
+        self, *, tenant_id: str, limit: int = 20, after: str | None = None, state: str | None = None
+    ) -> Page[SessionRecord]:
+        cv.check_limit(limit)
+        stmt = select(Session).where(Session.tenant_id == tenant_id)
+        if state is not None:
+            stmt = stmt.where(Session.state == cv.one_of(state, cv.SESSION_STATES, "state"))
+        async with self._transaction() as db:
+            if after is not None:
+                cursor = await db.scalar(
+                    select(Session.created_at).where(Session.id == after, Session.tenant_id == tenant_id)
+                )
+                if cursor is None:
+                    raise SessionNotFound(after)
+                stmt = stmt.where(
+                    or_(Session.created_at < cursor, and_(Session.created_at == cursor, Session.id > after))
+                )
+            stmt = stmt.order_by(Session.created_at.desc(), Session.id).limit(limit + 1)
+            rows = (await db.scalars(stmt)).all()
+            return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        tenant_id: str,
+        priority: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        state: str | None = None,
+    ) -> SessionRecord:
+        values: dict[Any, Any] = {}
+        if priority is not None:
+            values[Session.priority] = priority
+        if metadata is not None:
+            values[Session.metadata_] = dict(metadata)
+        if state is not None:
+            values[Session.state] = cv.one_of(state, cv.SESSION_STATES, "state")
+        async with self._transaction() as db:
+            if not values:
+                return cv.session_record(await turns.session_row(db, session_id, tenant_id))
+            row = await db.scalar(
+                update(Session)
+                .where(Session.id == session_id, Session.tenant_id == tenant_id)
+                .values(values)
+                .returning(Session)
+                .execution_options(populate_existing=True)
+            )
+            if row is None:
+                raise SessionNotFound(session_id)
+            return cv.session_record(row)
+
+    async def delete_session(self, session_id: str, *, tenant_id: str) -> None:
+        async with self._transaction() as db:
+            deleted = await db.scalar(
+                delete(Session)
+                .where(Session.id == session_id, Session.tenant_id == tenant_id)
+                .returning(Session.id)
+                .execution_options(synchronize_session=False)
+            )
+            if deleted is None:
+                raise SessionNotFound(session_id)
+
+    async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
+        async with self._transaction() as db:
+            await turns.session_row(db, session_id, tenant_id)
+            return history.context_messages(await turns.context_turns(db, session_id))
+
+    # turns
+
+    async def begin_turn(
+        self,
+        session_id: str,
+        *,
+        tenant_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        request: Mapping[str, Any],
+        received_at: datetime,
+    ) -> TurnRecord:
+        received_at = cv.aware(received_at, "received_at")
+        async with self._transaction() as db:
+            turn = await turns.begin_turn(
+                db,
+                session_id,
+                tenant_id=tenant_id,
+                messages=messages,
+                request=request,
+                received_at=received_at,
+            )
+            return cv.turn_record(turn, ())
+
+    async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
+        dispatched_at = cv.aware(dispatched_at, "dispatched_at")
+        async with self._transaction() as db:
+            await turns.mark_dispatched(db, turn_id, worker=worker, dispatched_at=dispatched_at)
+
+    async def complete_turn(
+        self,
+        turn_id: str,
+        *,
+        output_message: Mapping[str, Any],
+        finish_reason: str | None,
+        model: str | None,
+        usage: Mapping[str, Any] | None = None,
+        cached_tokens_details: Mapping[str, Any] | None = None,
+        first_token_at: datetime | None = None,
+        ended_at: datetime,
+        worker: str | None = None,
+        dispatched_at: datetime | None = None,
+    ) -> TurnRecord:
+        async with self._transaction() as db:
+            turn, calls = await turns.complete_turn(
+                db,
+                turn_id,
+                output_message=output_message,
+                finish_reason=finish_reason,
+                model=model,
+                usage=usage,
+                cached_tokens_details=cached_tokens_details,
+                first_token_at=cv.aware_or_none(first_token_at, "first_token_at"),
+                ended_at=cv.aware(ended_at, "ended_at"),
+                worker=worker,
+                dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
+            )
+            return cv.turn_record(turn, calls)
+
+    async def fail_turn(
+        self,
+        turn_id: str,
+        *,
+        status: str = "failed",
+        error_type: str,
+        error_message: str,
+        ended_at: datetime,
+        partial_output: Mapping[str, Any] | None = None,
+        first_token_at: datetime | None = None,
+        worker: str | None = None,
+        dispatched_at: datetime | None = None,
+    ) -> TurnRecord:
+        async with self._transaction() as db:
+            turn = await turns.fail_turn(
+                db,
+                turn_id,
+                status=cv.one_of(status, cv.TURN_END_STATES, "status"),
+                error_type=error_type,
+                error_message=error_message,
+                ended_at=cv.aware(ended_at, "ended_at"),
+                partial_output=partial_output,
+                first_token_at=cv.aware_or_none(first_token_at, "first_token_at"),
+                worker=worker,
+                dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
+            )
+            return cv.turn_record(turn, ())
+
+    async def list_turns(
+        self, session_id: str, *, tenant_id: str, limit: int = 100, after_seq: int | None = None
+    ) -> list[TurnRecord]:
+        cv.check_limit(limit)
+        async with self._transaction() as db:
+            await turns.session_row(db, session_id, tenant_id)
+            rows = await turns.list_turns(db, session_id, limit=limit, after_seq=after_seq)
+            return [cv.turn_record(row, row.tool_calls) for row in rows]
+
+    async def fail_pending_turns(
+        self, *, older_than: datetime | None = None, error_message: str, error_type: str = "interrupted"
+    ) -> int:
+        older_than = cv.aware_or_none(older_than, "older_than")
+        async with self._transaction() as db:
+            return await turns.fail_pending_turns(
+                db,
+                older_than=older_than,
+                error_type=error_type,
+                error_message=error_message,
+                now=self._clock(),
+            )
+
+    # tool calls
+
+    async def record_tool_result(
+        self, session_id: str, call_id: str, *, tenant_id: str, content: str, returned_at: datetime
+    ) -> ToolCallRecord:
+        returned_at = cv.aware(returned_at, "returned_at")
+        async with self._transaction() as db:
+            await turns.session_row(db, session_id, tenant_id)
+            call = await turns.record_tool_result(db, session_id, call_id, content=content, returned_at=returned_at)
+            return cv.tool_call_record(call)
+
+    async def pending_tool_calls(self, session_id: str, *, tenant_id: str) -> list[ToolCallRecord]:
+        async with self._transaction() as db:
+            await turns.session_row(db, session_id, tenant_id)
+            rows = await db.scalars(
+                select(ToolCall)
+                .where(ToolCall.session_id == session_id, ToolCall.result.is_(None))
+                .order_by(ToolCall.requested_at, ToolCall.id)
+            )
+            return [cv.tool_call_record(row) for row in rows]
+
+    # advisories
+
+    async def create_advisory(
+        self,
+        session_id: str,
+        *,
+        tenant_id: str,
+        kind: str,
+        target_worker: str | None,
+        created_at: datetime,
+        expires_at: datetime,
+        detail: Mapping[str, Any] | None = None,
+    ) -> AdvisoryRecord:
+        advisory = Advisory(
+            id=cv.new_id("adv_"),
+            session_id=session_id,
+            kind=cv.one_of(kind, cv.ADVISORY_KINDS, "kind"),
+            target_worker=target_worker,
+            created_at=cv.aware(created_at, "created_at"),
+            expires_at=cv.aware(expires_at, "expires_at"),
+            outcome="pending",
+            detail=dict(detail) if detail is not None else None,
+        )
+        async with self._transaction() as db:
+            await turns.session_row(db, session_id, tenant_id)
+            db.add(advisory)
+            await db.flush()
+            return cv.advisory_record(advisory)
+
+    async def resolve_advisory(
+        self, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None = None
+    ) -> AdvisoryRecord:
+        values = {
+            Advisory.outcome: cv.one_of(outcome, cv.ADVISORY_OUTCOMES, "outcome"),
+            Advisory.resolved_at: cv.aware(resolved_at, "resolved_at"),
+            Advisory.turn_id: turn_id,
+        }
+        async with self._transaction() as db:
+            row = await db.scalar(
+                update(Advisory)
+                .where(Advisory.id == advisory_id, Advisory.outcome == "pending")
+                .values(values)
+                .returning(Advisory)
+                .execution_options(populate_existing=True)
+            )
+            if row is not None:
+                return cv.advisory_record(row)
+            current = await db.scalar(select(Advisory.outcome).where(Advisory.id == advisory_id))
+            if current is None:
+                raise AdvisoryNotFound(advisory_id)
+            raise InvalidTransition(f"advisory {advisory_id!r} is already resolved ({current})")
+
+    async def list_advisories(
+        self, session_id: str, *, tenant_id: str, outcome: str | None = None, limit: int = 100
+    ) -> list[AdvisoryRecord]:
+        cv.check_limit(limit)
+        stmt = select(Advisory).where(Advisory.session_id == session_id)
+        if outcome is not None:
+            stmt = stmt.where(Advisory.outcome == outcome)
+        stmt = stmt.order_by(Advisory.created_at, Advisory.id).limit(limit)
+        async with self._transaction() as db:
+            await turns.session_row(db, session_id, tenant_id)
+            return [cv.advisory_record(row) for row in await db.scalars(stmt)]
+
+    # workers
+
+    async def upsert_worker(
+        self,
+        worker_id: str,
+        *,
+        url: str,
+        state: str,
+        last_seen_at: datetime,
+        info: Mapping[str, Any] | None = None,
+    ) -> WorkerRecord:
+        values = {
+            "id": worker_id,
+            "url": url,
+            "state": cv.one_of(state, cv.WORKER_STATES, "state"),
+            "last_seen_at": cv.aware(last_seen_at, "last_seen_at"),
+            "info": dict(info) if info is not None else {},
+        }
+        update_keys = ["url", "state", "last_seen_at"] + (["info"] if info is not None else [])
+        async with self._transaction() as db:
+            row = await db.scalar(
+                self._insert(Worker, values, update_keys).returning(Worker).execution_options(populate_existing=True)
+            )
+            assert row is not None  # an upsert always returns its row
+            return cv.worker_record(row)
+
+    async def list_workers(self, *, state: str | None = None) -> list[WorkerRecord]:
+        stmt = select(Worker).order_by(Worker.id)
+        if state is not None:
+            stmt = stmt.where(Worker.state == state)
+        async with self._transaction() as db:
+            return [cv.worker_record(row) for row in await db.scalars(stmt)]
+
+    # lifecycle
+
+    async def ping(self) -> None:
+        async with self._transaction() as db:
+            await db.execute(text("SELECT 1"))
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+
+def _implements_protocol(store: SqlSessionStore) -> SessionStore:
+    return store  # mypy checks that SqlSessionStore satisfies SessionStore
