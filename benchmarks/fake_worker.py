@@ -79,10 +79,14 @@ def _prompt_tokens(body: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _reply_words(body: dict[str, Any]) -> list[str]:
-    last = next((m for m in reversed(body.get("messages") or []) if m.get("role") in {"user", "tool"}), {})
-    content = last.get("content") if isinstance(last.get("content"), str) else "..."
+    last: dict[str, Any] = next(
+        (m for m in reversed(body.get("messages") or []) if m.get("role") in {"user", "tool"}), {}
+    )
+    content = last.get("content")
+    if not isinstance(content, str):
+        content = "..."
     limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-    return (["echo:", *content.split()] or ["echo:"])[:limit]
+    return ["echo:", *content.split()][:limit]
 
 
 def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -93,8 +97,11 @@ def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
     name = tools[0]["function"]["name"]
     if isinstance(choice, dict):
         name = choice.get("function", {}).get("name", name)
-    return {"id": f"call_{abs(hash(name)) % 10**8:08d}", "type": "function",
-            "function": {"name": name, "arguments": orjson.dumps({"q": "x"}).decode()}}
+    return {
+        "id": f"call_{abs(hash(name)) % 10**8:08d}",
+        "type": "function",
+        "function": {"name": name, "arguments": orjson.dumps({"q": "x"}).decode()},
+    }
 
 
 def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlette:
@@ -112,15 +119,27 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
         if b.hang:
             await asyncio.sleep(3600)
         if b.fail_status is not None:
-            return JSONResponse({"object": "error", "message": "injected failure", "type": "BadRequestError",
-                                 "param": None, "code": b.fail_status}, status_code=b.fail_status)
+            return JSONResponse(
+                {
+                    "object": "error",
+                    "message": "injected failure",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": b.fail_status,
+                },
+                status_code=b.fail_status,
+            )
         prompt = _prompt_tokens(body)
         hit = b.cache_hit(prompt)
         cached = sum(hit.values())
         words = _reply_words(body)
         call = _tool_call(body)
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": len(words),
-                 "total_tokens": len(prompt) + len(words), "prompt_tokens_details": {"cached_tokens": cached}}
+        usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(words),
+            "total_tokens": len(prompt) + len(words),
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
         details = {**hit, "storage_backend": "file"}
         rid = f"chatcmpl-{len(b.requests)}"
         if not body.get("stream"):
@@ -130,25 +149,45 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
             if call:
                 message["tool_calls"] = [call]
             answer: dict[str, Any] = {
-                "id": rid, "object": "chat.completion", "created": int(time.time()), "model": b.model,
+                "id": rid,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": b.model,
                 "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if call else "stop"}],
-                "usage": usage}
+                "usage": usage,
+            }
             if body.get("return_cached_tokens_details"):
                 answer["sglext"] = {"cached_tokens_details": details}
             return JSONResponse(answer)
-        return StreamingResponse(_stream(b, body, rid, words, call, usage, details),
-                                 media_type="text/event-stream")
+        return StreamingResponse(_stream(b, body, rid, words, call, usage, details), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/health", health), Route("/v1/models", models),
-                             Route("/v1/chat/completions", chat, methods=["POST"])])
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/v1/models", models),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+        ]
+    )
 
 
-async def _stream(b: FakeWorkerBehaviour, body: dict[str, Any], rid: str, words: list[str],
-                  call: dict[str, Any] | None, usage: dict[str, Any],
-                  details: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _stream(
+    b: FakeWorkerBehaviour,
+    body: dict[str, Any],
+    rid: str,
+    words: list[str],
+    call: dict[str, Any] | None,
+    usage: dict[str, Any],
+    details: dict[str, Any],
+) -> AsyncIterator[bytes]:
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-        chunk = {"id": rid, "object": "chat.completion.chunk", "created": 0, "model": b.model,
-                 "choices": choices, **extra}
+        chunk = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": b.model,
+            "choices": choices,
+            **extra,
+        }
         return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
     yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
@@ -156,9 +195,16 @@ async def _stream(b: FakeWorkerBehaviour, body: dict[str, Any], rid: str, words:
         head = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}
         yield event([{"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None}])
         args = call["function"]["arguments"]
-        for part in (args[: len(args) // 2], args[len(args) // 2:]):
-            yield event([{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
-                          "finish_reason": None}])
+        for part in (args[: len(args) // 2], args[len(args) // 2 :]):
+            yield event(
+                [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
+                        "finish_reason": None,
+                    }
+                ]
+            )
     else:
         for i, word in enumerate(words):
             if b.die_after_chunks is not None and i >= b.die_after_chunks:

@@ -120,10 +120,10 @@ async def chat_completions(request: Request) -> Response:
     session_id = _session_id(request, body)
     structlog.contextvars.bind_contextvars(session_id=session_id)
 
-    await state.store.get_or_create_session(session_id, tenant_id=tenant_id)
     turn = await state.store.begin_turn(
         session_id,
         tenant_id=tenant_id,
+        create_session=True,
         messages=body["messages"],
         request={k: body[k] for k in _RECORDED_PARAMS if k in body},
         received_at=received_at,

@@ -1,11 +1,16 @@
-"""Small helpers shared by the store's modules: ids, argument checks, ORM row -> record conversion."""
+"""Small helpers shared by the store's modules: ids, argument checks, row -> record conversion.
+
+A "row" is an ORM object or a Core `Row` with the table's columns: the converters read attributes only.
+"""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from sqlalchemy import Row
 
 from . import models
 from .records import AdvisoryRecord, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
@@ -76,7 +81,7 @@ def session_record(row: models.Session) -> SessionRecord:
     )
 
 
-def tool_call_record(row: models.ToolCall) -> ToolCallRecord:
+def tool_call_record(row: models.ToolCall | Row[Any]) -> ToolCallRecord:
     return ToolCallRecord(
         id=row.id,
         session_id=row.session_id,
@@ -92,7 +97,7 @@ def tool_call_record(row: models.ToolCall) -> ToolCallRecord:
     )
 
 
-def turn_record(row: models.Turn, tool_calls: Iterable[models.ToolCall]) -> TurnRecord:
+def turn_record(row: models.Turn | Row[Any], tool_calls: Iterable[models.ToolCall | Row[Any]]) -> TurnRecord:
     return TurnRecord(
         id=row.id,
         session_id=row.session_id,
@@ -118,6 +123,30 @@ def turn_record(row: models.Turn, tool_calls: Iterable[models.ToolCall]) -> Turn
         cached_host=row.cached_host,
         cached_storage=row.cached_storage,
         tool_calls=tuple(tool_call_record(call) for call in tool_calls),
+    )
+
+
+def pending_turn_record(values: Mapping[str, Any]) -> TurnRecord:
+    """The record of a turn just inserted with `values` (id, session_id, seq, status, input_messages,
+    context_reset, request, received_at); everything else is still unset."""
+    return TurnRecord(
+        **values,
+        output_message=None,
+        finish_reason=None,
+        model=None,
+        worker=None,
+        error=None,
+        dispatched_at=None,
+        first_token_at=None,
+        ended_at=None,
+        prompt_tokens=None,
+        completion_tokens=None,
+        cached_tokens=None,
+        cached_tokens_details=None,
+        cached_device=None,
+        cached_host=None,
+        cached_storage=None,
+        tool_calls=(),
     )
 
 

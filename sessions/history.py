@@ -6,27 +6,40 @@ The session's *context* is, over the turns with status "ok" in seq order, starti
 with the context (compared after `normalise_message`) extends it; any other request (the client edited or
 rewound its history) is stored whole with `context_reset=True`. Failed and cancelled turns keep their input
 but are not part of the context, so a retried user message is recorded again.
+
+The store does not read the context back for every request: it keeps the context's `context_digest` (a sha256
+chain over the normalised messages) and its length, and `split_delta_by_digest` compares the start of a request
+with those. `split_delta` is the same decision against the messages themselves.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 __all__ = [
+    "EMPTY_DIGEST",
     "Delta",
     "RequestedToolCall",
     "content_text",
+    "context_digest",
     "context_messages",
+    "extend_digest",
     "normalise_message",
     "requested_tool_calls",
     "split_delta",
+    "split_delta_by_digest",
     "tool_results",
 ]
 
 NormalisedMessage = tuple[str, str, tuple[tuple[str, str, str], ...], str | None]
+
+EMPTY_DIGEST = ""  # the digest of an empty context
 
 
 class ContextTurn(Protocol):
@@ -142,6 +155,37 @@ def split_delta(context: Sequence[Mapping[str, Any]], messages: Sequence[Mapping
         normalise_message(old) == normalise_message(sent) for old, sent in zip(context, messages, strict=False)
     ):
         return Delta(input_messages=new[len(context) :], context_reset=False)
+    return Delta(input_messages=new, context_reset=True)
+
+
+def extend_digest(digest: str, messages: Iterable[Mapping[str, Any]]) -> str:
+    """The digest of the context whose digest is `digest` followed by `messages` (hex; "" for no messages).
+
+    Each message moves the digest to sha256(previous digest + JSON of `normalise_message`), so two contexts
+    have the same digest exactly when their messages compare equal one by one (barring collisions).
+    """
+    state = bytes.fromhex(digest)
+    for message in messages:
+        state = hashlib.sha256(state + _digest_json(normalise_message(message))).digest()
+    return state.hex()
+
+
+def _digest_json(normalised: NormalisedMessage) -> bytes:
+    try:
+        return orjson.dumps(normalised)  # a tenth of json.dumps' time on long messages
+    except orjson.JSONEncodeError:  # a lone surrogate ("\ud800" in the request's JSON), which orjson refuses
+        return json.dumps(normalised).encode()
+
+
+def context_digest(messages: Iterable[Mapping[str, Any]]) -> str:
+    return extend_digest(EMPTY_DIGEST, messages)
+
+
+def split_delta_by_digest(digest: str, length: int, messages: Sequence[Mapping[str, Any]]) -> Delta:
+    """`split_delta` against a context known only by its digest and its length in messages."""
+    new = [dict(message) for message in messages]
+    if len(new) >= length and context_digest(messages[:length]) == digest:
+        return Delta(input_messages=new[length:], context_reset=False)
     return Delta(input_messages=new, context_reset=True)
 
 

@@ -26,6 +26,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from .history import EMPTY_DIGEST
+
 __all__ = [
     "Advisory",
     "Base",
@@ -98,6 +100,12 @@ class Session(Base):
     created_at: Mapped[datetime]
     last_active_at: Mapped[datetime]
     turn_count: Mapped[int]
+    # The context (see `history`) as a chained digest of its normalised messages, how many messages it has, and
+    # the highest seq among the ok turns folded into it: `begin_turn` compares a request with these instead of
+    # reading the turns back.
+    context_digest: Mapped[str] = mapped_column(String(64), default=EMPTY_DIGEST)
+    context_length: Mapped[int] = mapped_column(default=0)
+    context_seq: Mapped[int] = mapped_column(default=0)
 
     turns: Mapped[list[Turn]] = relationship(
         back_populates="session", lazy="raise", passive_deletes=True, order_by="Turn.seq"

@@ -72,9 +72,14 @@ class SessionStore(Protocol):
         messages: Sequence[Mapping[str, Any]],
         request: Mapping[str, Any],
         received_at: datetime,
+        create_session: bool = False,
     ) -> TurnRecord:
         """Record a request as a pending turn, storing only the messages new to the context, and the tool
-        results among them. `InvalidTransition` if the session is closed."""
+        results among them. `InvalidTransition` if the session is closed.
+
+        `create_session=True` creates a missing session in the same transaction, as `get_or_create_session`
+        would (concurrent first turns of one id all succeed, one of them creating it; `SessionExists` if the
+        id belongs to another tenant)."""
         ...
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None: ...

@@ -1,10 +1,11 @@
 """`SqlSessionStore`: the `SessionStore` on SQLAlchemy's async engine (SQLite or PostgreSQL).
 
 The gateway holds one store for the life of the process and calls it from many tasks at once: every call
-opens its own `AsyncSession` and transaction, commits before returning and returns frozen records, never
-ORM objects. Turn and tool-call logic lives in `turns.py`; this class owns the transaction boundary and
-translates database failures into `StoreUnavailable` in one place, `_transaction`. Inserts that may race
-(session get-or-create, tenants, worker upserts) use the backend's `INSERT ... ON CONFLICT`.
+opens its own transaction, commits before returning and returns frozen records, never ORM objects. The calls
+made for every chat turn (`begin_turn`, `mark_dispatched`, `complete_turn`, `fail_turn`) run SQLAlchemy Core on
+a connection (`_connection`), the others the ORM on an `AsyncSession` (`_transaction`); both translate database
+failures into `StoreUnavailable` (`_store_errors`). Turn and tool-call logic lives in `turns.py`. Inserts that
+may race (session get-or-create, tenants, worker upserts) use the backend's `INSERT ... ON CONFLICT`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, or_, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from . import _convert as cv
+from . import _statements as sql
 from . import history, turns
+from ._sql import insert_on_conflict, session_values, tenant_values
 from .database import create_engine
 from .errors import (
     AdvisoryNotFound,
@@ -59,10 +60,9 @@ class SqlSessionStore:
         return self._engine
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncSession]:
+    async def _store_errors(self) -> AsyncIterator[None]:
         try:
-            async with self._sessionmaker() as db, db.begin():
-                yield db
+            yield
         except StoreError:
             raise
         except Exception as exc:
@@ -70,36 +70,23 @@ class SqlSessionStore:
                 raise StoreUnavailable(f"session store unavailable: {type(exc).__name__}: {exc}") from exc
             raise
 
-    def _insert(self, entity: Any, values: Mapping[str, Any], update_keys: Sequence[str] = ()) -> Insert:
-        """INSERT that ignores (or, for `update_keys`, updates from) a row with the same primary key."""
-        if self._backend == "sqlite":
-            lite = sqlite.insert(entity).values(dict(values))
-            if update_keys:
-                return lite.on_conflict_do_update(
-                    index_elements=["id"], set_={key: lite.excluded[key] for key in update_keys}
-                )
-            return lite.on_conflict_do_nothing(index_elements=["id"])
-        pg = postgresql.insert(entity).values(dict(values))
-        if update_keys:
-            return pg.on_conflict_do_update(index_elements=["id"], set_={key: pg.excluded[key] for key in update_keys})
-        return pg.on_conflict_do_nothing(index_elements=["id"])
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncSession]:
+        async with self._store_errors(), self._sessionmaker() as db, db.begin():
+            yield db
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        async with self._store_errors(), self._engine.begin() as conn:
+            yield conn
 
     async def _insert_session(
         self, db: AsyncSession, session_id: str, tenant_id: str, priority: int, metadata: Mapping[str, Any]
     ) -> Session | None:
         now = self._clock()
-        await db.execute(self._insert(Tenant, {"id": tenant_id, "name": tenant_id, "created_at": now}))
-        values = {
-            "id": session_id,
-            "tenant_id": tenant_id,
-            "state": "active",
-            "priority": priority,
-            "metadata": dict(metadata),
-            "created_at": now,
-            "last_active_at": now,
-            "turn_count": 0,
-        }
-        return await db.scalar(self._insert(Session, values).returning(Session))
+        await db.execute(insert_on_conflict(self._backend, Tenant, tenant_values(tenant_id, now)))
+        values = session_values(session_id, tenant_id, now=now, priority=priority, metadata=metadata)
+        return await db.scalar(insert_on_conflict(self._backend, Session, values).returning(Session))
 
     # sessions
 
@@ -124,15 +111,15 @@ class SqlSessionStore:
 
     async def get_or_create_session(self, session_id: str, *, tenant_id: str) -> tuple[SessionRecord, bool]:
         cv.check_session_id(session_id)
-        by_id = select(Session).where(Session.id == session_id)
+        by_id = {"p_session": session_id}
         async with self._transaction() as db:
-            row = await db.scalar(by_id)
+            row = await db.scalar(sql.SESSION_BY_ID, by_id)
             if row is None:
                 row = await self._insert_session(db, session_id, tenant_id, 0, {})
                 if row is not None:
                     return cv.session_record(row), True
                 # Another caller inserted it since our SELECT (its transaction has committed by now).
-                row = await db.scalar(by_id.execution_options(populate_existing=True))
+                row = await db.scalar(sql.SESSION_BY_ID, by_id, execution_options={"populate_existing": True})
                 if row is None:
                     raise SessionNotFound(session_id)  # and it was deleted again in between
             if row.tenant_id != tenant_id:
@@ -216,23 +203,27 @@ class SqlSessionStore:
         messages: Sequence[Mapping[str, Any]],
         request: Mapping[str, Any],
         received_at: datetime,
+        create_session: bool = False,
     ) -> TurnRecord:
         received_at = cv.aware(received_at, "received_at")
-        async with self._transaction() as db:
-            turn = await turns.begin_turn(
-                db,
+        if create_session:
+            cv.check_session_id(session_id)
+        async with self._connection() as conn:
+            return await turns.begin_turn(
+                conn,
                 session_id,
                 tenant_id=tenant_id,
                 messages=messages,
                 request=request,
                 received_at=received_at,
+                create_session=create_session,
+                clock=self._clock,
             )
-            return cv.turn_record(turn, ())
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
         dispatched_at = cv.aware(dispatched_at, "dispatched_at")
-        async with self._transaction() as db:
-            await turns.mark_dispatched(db, turn_id, worker=worker, dispatched_at=dispatched_at)
+        async with self._connection() as conn:
+            await turns.mark_dispatched(conn, turn_id, worker=worker, dispatched_at=dispatched_at)
 
     async def complete_turn(
         self,
@@ -248,9 +239,9 @@ class SqlSessionStore:
         worker: str | None = None,
         dispatched_at: datetime | None = None,
     ) -> TurnRecord:
-        async with self._transaction() as db:
-            turn, calls = await turns.complete_turn(
-                db,
+        async with self._connection() as conn:
+            return await turns.complete_turn(
+                conn,
                 turn_id,
                 output_message=output_message,
                 finish_reason=finish_reason,
@@ -262,7 +253,6 @@ class SqlSessionStore:
                 worker=worker,
                 dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
             )
-            return cv.turn_record(turn, calls)
 
     async def fail_turn(
         self,
@@ -277,9 +267,9 @@ class SqlSessionStore:
         worker: str | None = None,
         dispatched_at: datetime | None = None,
     ) -> TurnRecord:
-        async with self._transaction() as db:
-            turn = await turns.fail_turn(
-                db,
+        async with self._connection() as conn:
+            return await turns.fail_turn(
+                conn,
                 turn_id,
                 status=cv.one_of(status, cv.TURN_END_STATES, "status"),
                 error_type=error_type,
@@ -290,7 +280,6 @@ class SqlSessionStore:
                 worker=worker,
                 dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
             )
-            return cv.turn_record(turn, ())
 
     async def list_turns(
         self, session_id: str, *, tenant_id: str, limit: int = 100, after_seq: int | None = None
@@ -418,10 +407,9 @@ class SqlSessionStore:
             "info": dict(info) if info is not None else {},
         }
         update_keys = ["url", "state", "last_seen_at"] + (["info"] if info is not None else [])
+        upsert = insert_on_conflict(self._backend, Worker, values, update_keys=update_keys)
         async with self._transaction() as db:
-            row = await db.scalar(
-                self._insert(Worker, values, update_keys).returning(Worker).execution_options(populate_existing=True)
-            )
+            row = await db.scalar(upsert.returning(Worker).execution_options(populate_existing=True))
             assert row is not None  # an upsert always returns its row
             return cv.worker_record(row)
 

@@ -1,26 +1,37 @@
-"""Turn and tool-call operations, as functions over an `AsyncSession` whose transaction the caller owns.
+"""Turn and tool-call operations, as functions over a connection or session whose transaction the caller owns.
 
-`SqlSessionStore` opens one session and transaction per call and delegates here. State changes are
-conditional UPDATEs (`... WHERE status = 'pending'`), so two replicas racing to finish the same turn cannot
-both win; the loser gets `InvalidTransition`. `begin_turn` starts with the UPDATE of the session row: that
-takes the write lock first (SQLite) or the row lock (PostgreSQL), which serialises turns of one session
-and makes the seq allocation and the history comparison consistent.
+`SqlSessionStore` opens one transaction per call and delegates here. The per-request path (`begin_turn`,
+`mark_dispatched`, `complete_turn`, `fail_turn`) is SQLAlchemy Core on an `AsyncConnection` and returns records;
+the rest uses the ORM on an `AsyncSession`. State changes are conditional UPDATEs (`... WHERE status = 'pending'`),
+so two replicas racing to finish the same turn cannot both win; the loser gets `InvalidTransition`.
+
+`begin_turn` starts with the UPDATE of the session row: that takes the write lock first (SQLite) or the row lock
+(PostgreSQL), which serialises turns of one session and makes the seq allocation and the comparison with the
+session's context digest consistent. It never reads the turns: the session row keeps the context's digest, its
+length and the highest seq folded into it (`context_seq`). `complete_turn` locks the session row after its turn
+and folds the ok turn into the digest when it is newer than every turn already folded in; a turn that completes
+out of seq order (another request of the session overtook it) rebuilds the digest from the turns instead. So the
+digest always describes `history.context_messages` of the session's ok turns, as `session_context` reads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
-from sqlalchemy import case, func, literal, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import load_only, selectinload
+from sqlalchemy import Row, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import selectinload
+from sqlalchemy.sql.dml import Update
 
+from . import _convert as cv
+from . import _statements as sql
 from . import history
-from ._convert import duration_ms, int_or_none, new_id
-from .errors import InvalidTransition, SessionNotFound, ToolCallNotFound, TurnNotFound
-from .models import Session, ToolCall, Turn, UTCDateTime
+from ._sql import session_values, tenant_values
+from .errors import InvalidTransition, SessionExists, SessionNotFound, ToolCallNotFound, TurnNotFound
+from .models import Session, ToolCall, Turn
+from .records import TurnRecord
 
 __all__ = [
     "begin_turn",
@@ -42,7 +53,7 @@ async def session_row(db: AsyncSession, session_id: str, tenant_id: str) -> Sess
     return row
 
 
-async def context_turns(db: AsyncSession, session_id: str) -> Sequence[Turn]:
+async def context_turns(db: AsyncConnection | AsyncSession, session_id: str) -> Sequence[Row[Any]]:
     """The ok turns from the last context reset on, in seq order, with only what the context needs."""
     last_reset = (
         select(func.coalesce(func.max(Turn.seq), 0))
@@ -50,107 +61,135 @@ async def context_turns(db: AsyncSession, session_id: str) -> Sequence[Turn]:
         .scalar_subquery()
     )
     stmt = (
-        select(Turn)
+        select(Turn.seq, Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message)
         .where(Turn.session_id == session_id, Turn.status == "ok", Turn.seq >= last_reset)
         .order_by(Turn.seq)
-        .options(load_only(Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message, raiseload=True))
     )
-    return (await db.scalars(stmt)).all()
+    return (await db.execute(stmt)).all()
 
 
-def _later(column: Any, value: datetime) -> Any:
-    """SQL for max(column, value), so that an older event never moves last_active_at back."""
-    bound = literal(value, UTCDateTime())
-    return case((column < bound, bound), else_=column)
+# the per-request path
 
 
 async def begin_turn(
-    db: AsyncSession,
+    conn: AsyncConnection,
     session_id: str,
     *,
     tenant_id: str,
     messages: Sequence[Mapping[str, Any]],
     request: Mapping[str, Any],
     received_at: datetime,
-) -> Turn:
-    seq = await db.scalar(
-        update(Session)
-        .where(Session.id == session_id, Session.tenant_id == tenant_id, Session.state == "active")
-        .values(
-            {
-                Session.turn_count: Session.turn_count + 1,
-                Session.last_active_at: _later(Session.last_active_at, received_at),
-            }
-        )
-        .returning(Session.turn_count)
-        .execution_options(synchronize_session=False)
-    )
-    if seq is None:
-        await session_row(db, session_id, tenant_id)  # raises SessionNotFound
-        raise InvalidTransition(f"session {session_id!r} is closed")
+    create_session: bool,
+    clock: Callable[[], datetime],
+) -> TurnRecord:
+    context = await _claim_seq(conn, session_id, tenant_id, received_at)
+    if context is None and create_session:
+        context = await _create_for_turn(conn, session_id, tenant_id, received_at, clock())
+    if context is None:
+        await _raise_not_active(conn, session_id, tenant_id, create_session=create_session)
+    seq, digest, length = context
 
-    delta = history.split_delta(history.context_messages(await context_turns(db, session_id)), messages)
-    turn = Turn(
-        id=new_id("turn_"),
-        session_id=session_id,
-        seq=seq,
-        status="pending",
-        input_messages=delta.input_messages,
-        context_reset=delta.context_reset,
-        request=dict(request),
-        received_at=received_at,
-    )
-    db.add(turn)
+    delta = history.split_delta_by_digest(digest, length, messages)
+    values = {
+        "id": cv.new_id("turn_"),
+        "session_id": session_id,
+        "seq": seq,
+        "status": "pending",
+        "input_messages": delta.input_messages,
+        "context_reset": delta.context_reset,
+        "request": dict(request),
+        "received_at": received_at,
+    }
+    await conn.execute(sql.INSERT_TURN, values)
+    await _return_tool_calls(conn, session_id, delta.input_messages, received_at)
+    return cv.pending_turn_record(values)
 
+
+async def _claim_seq(
+    conn: AsyncConnection, session_id: str, tenant_id: str, received_at: datetime
+) -> tuple[int, str, int] | None:
+    """The next seq and the context (digest, length) of an active session of this tenant; None if there is none."""
+    params = {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at}
+    row = (await conn.execute(sql.CLAIM_SEQ, params)).first()
+    return None if row is None else (row.turn_count, row.context_digest, row.context_length)
+
+
+async def _create_for_turn(
+    conn: AsyncConnection, session_id: str, tenant_id: str, received_at: datetime, now: datetime
+) -> tuple[int, str, int] | None:
+    """Create the session with this turn as its first; if another request created it meanwhile, join that one."""
+    inserts = sql.INSERTS[conn.dialect.name]
+    await conn.execute(inserts.tenant, tenant_values(tenant_id, now))
+    values = session_values(session_id, tenant_id, now=now, turn_count=1, last_active_at=max(now, received_at))
+    if await conn.scalar(inserts.session, values) is not None:
+        return 1, history.EMPTY_DIGEST, 0
+    # The other request's transaction has committed by now (ON CONFLICT waited for it): its row is visible.
+    return await _claim_seq(conn, session_id, tenant_id, received_at)
+
+
+async def _raise_not_active(
+    conn: AsyncConnection, session_id: str, tenant_id: str, *, create_session: bool
+) -> NoReturn:
+    row = (await conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
+    if row is not None and row.tenant_id != tenant_id and create_session:
+        raise SessionExists(session_id)  # as get_or_create_session: the id is taken by another tenant
+    if row is None or row.tenant_id != tenant_id:
+        raise SessionNotFound(session_id)
+    raise InvalidTransition(f"session {session_id!r} is closed")
+
+
+async def _return_tool_calls(
+    conn: AsyncConnection, session_id: str, messages: Sequence[Mapping[str, Any]], received_at: datetime
+) -> None:
+    """Record the results that role=tool messages bring for calls still waiting for one."""
     results: dict[str, str] = {}
-    for call_id, text in history.tool_results(delta.input_messages):
+    for call_id, text in history.tool_results(messages):
         results.setdefault(call_id, text)
-    if results:
-        pending = await db.scalars(
-            select(ToolCall)
-            .where(ToolCall.session_id == session_id, ToolCall.call_id.in_(results), ToolCall.result.is_(None))
-            .with_for_update()
+    if not results:
+        return
+    pending = (await conn.execute(sql.PENDING_TOOL_CALLS, {"p_session": session_id, "p_call_ids": list(results)})).all()
+    if pending:
+        await conn.execute(
+            sql.RETURN_TOOL_CALLS,
+            [
+                {
+                    "p_call": call.id,
+                    "p_result": results[call.call_id],
+                    "p_duration_ms": cv.duration_ms(call.requested_at, received_at),
+                    "p_at": received_at,
+                }
+                for call in pending
+            ],
         )
-        for call in pending:
-            call.result = results[call.call_id]
-            call.returned_at = received_at
-            call.duration_ms = duration_ms(call.requested_at, received_at)
-            call.result_source = "message"
-    await db.flush()
-    return turn
 
 
-async def _pending_turn_update(db: AsyncSession, turn_id: str, values: Mapping[str, Any]) -> Turn:
-    row = await db.scalar(
-        update(Turn)
-        .where(Turn.id == turn_id, Turn.status == "pending")
-        .values(dict(values))
-        .returning(Turn)
-        .execution_options(populate_existing=True)
-    )
-    if row is not None:
-        return row
-    status = await db.scalar(select(Turn.status).where(Turn.id == turn_id))
+async def _end_pending(conn: AsyncConnection, statement: Update, params: dict[str, Any]) -> Row[Any]:
+    row = (await conn.execute(statement, params)).first()
+    if row is None:
+        await _raise_not_pending(conn, params["p_turn"])
+    return row
+
+
+async def _raise_not_pending(conn: AsyncConnection, turn_id: str) -> NoReturn:
+    status = await conn.scalar(sql.TURN_STATUS, {"p_turn": turn_id})
     if status is None:
         raise TurnNotFound(turn_id)
     raise InvalidTransition(f"turn {turn_id!r} is {status}, not pending")
 
 
-async def _touch_session(db: AsyncSession, session_id: str, at: datetime) -> None:
-    await db.execute(
-        update(Session)
-        .where(Session.id == session_id)
-        .values({Session.last_active_at: _later(Session.last_active_at, at)})
-        .execution_options(synchronize_session=False)
-    )
+async def _touch_session(conn: AsyncConnection, session_id: str, at: datetime) -> Row[str, int, int]:
+    """Move last_active_at (never back) and return the context, holding the session's row lock from now on."""
+    return (await conn.execute(sql.TOUCH_SESSION, {"p_session": session_id, "p_at": at})).one()
 
 
-async def mark_dispatched(db: AsyncSession, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
-    await _pending_turn_update(db, turn_id, {"worker": worker, "dispatched_at": dispatched_at})
+async def mark_dispatched(conn: AsyncConnection, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
+    params = {"p_turn": turn_id, "p_worker": worker, "p_dispatched_at": dispatched_at}
+    if await conn.scalar(sql.MARK_DISPATCHED, params) is None:
+        await _raise_not_pending(conn, turn_id)
 
 
 async def complete_turn(
-    db: AsyncSession,
+    conn: AsyncConnection,
     turn_id: str,
     *,
     output_message: Mapping[str, Any],
@@ -162,66 +201,79 @@ async def complete_turn(
     ended_at: datetime,
     worker: str | None,
     dispatched_at: datetime | None = None,
-) -> tuple[Turn, list[ToolCall]]:
+) -> TurnRecord:
     usage = usage or {}
     prompt_details = usage.get("prompt_tokens_details")
-    cached_tokens = int_or_none(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else None
+    cached_tokens = cv.int_or_none(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else None
     details = dict(cached_tokens_details) if cached_tokens_details is not None else None
-    values: dict[str, Any] = {
-        "status": "ok",
-        "output_message": dict(output_message),
-        "finish_reason": finish_reason,
-        "model": model,
-        "first_token_at": first_token_at,
-        "ended_at": ended_at,
-        "prompt_tokens": int_or_none(usage.get("prompt_tokens")),
-        "completion_tokens": int_or_none(usage.get("completion_tokens")),
-        "cached_tokens": cached_tokens,
-        "cached_tokens_details": details,
-        "cached_device": int_or_none((details or {}).get("device")),
-        "cached_host": int_or_none((details or {}).get("host")),
-        "cached_storage": int_or_none((details or {}).get("storage")),
-    }
-    if worker is not None:
-        values["worker"] = worker
-    if dispatched_at is not None:
-        values["dispatched_at"] = dispatched_at
-    turn = await _pending_turn_update(db, turn_id, values)
-    await _touch_session(db, turn.session_id, ended_at)
+    turn = await _end_pending(
+        conn,
+        sql.COMPLETE_TURN,
+        {
+            "p_turn": turn_id,
+            "p_output_message": dict(output_message),
+            "p_finish_reason": finish_reason,
+            "p_model": model,
+            "p_first_token_at": first_token_at,
+            "p_ended_at": ended_at,
+            "p_prompt_tokens": cv.int_or_none(usage.get("prompt_tokens")),
+            "p_completion_tokens": cv.int_or_none(usage.get("completion_tokens")),
+            "p_cached_tokens": cached_tokens,
+            "p_cached_tokens_details": details,
+            "p_cached_device": cv.int_or_none((details or {}).get("device")),
+            "p_cached_host": cv.int_or_none((details or {}).get("host")),
+            "p_cached_storage": cv.int_or_none((details or {}).get("storage")),
+            "p_worker": worker,
+            "p_dispatched_at": dispatched_at,
+        },
+    )
+    await _fold_into_context(conn, turn, await _touch_session(conn, turn.session_id, ended_at))
+    calls = await _record_requested_calls(conn, turn, ended_at)
+    return cv.turn_record(turn, calls)
 
-    requested = history.requested_tool_calls(output_message)
-    taken: set[str] = set()
-    if requested:
-        taken = set(
-            await db.scalars(
-                select(ToolCall.call_id).where(
-                    ToolCall.session_id == turn.session_id,
-                    ToolCall.call_id.in_([call.call_id for call in requested]),
-                )
-            )
+
+async def _fold_into_context(conn: AsyncConnection, turn: Row[Any], session: Row[str, int, int]) -> None:
+    """Add an ok turn to the context digest of its session, whose row (`session`) this transaction has locked."""
+    if turn.seq > session.context_seq:
+        # The newest ok turn: it extends the context, or on a reset starts it again, by its messages.
+        added = [*turn.input_messages, *([turn.output_message] if turn.output_message is not None else [])]
+        digest, length = (
+            (history.EMPTY_DIGEST, 0) if turn.context_reset else (session.context_digest, session.context_length)
         )
-    calls: list[ToolCall] = []
-    for call in requested:
-        if call.call_id in taken:  # a model that reuses ids: the first call keeps the row
-            continue
-        taken.add(call.call_id)
-        calls.append(
-            ToolCall(
-                session_id=turn.session_id,
-                turn_id=turn.id,
-                call_id=call.call_id,
-                name=call.name,
-                arguments=call.arguments,
-                requested_at=ended_at,
-            )
-        )
-    db.add_all(calls)
-    await db.flush()
-    return turn, calls
+        digest, length, seq = history.extend_digest(digest, added), length + len(added), turn.seq
+    else:
+        # Completed after a later turn of the session: its messages go in the middle of the context. Rare.
+        messages = history.context_messages(await context_turns(conn, turn.session_id))
+        digest, length, seq = history.context_digest(messages), len(messages), session.context_seq
+    params = {"p_session": turn.session_id, "p_digest": digest, "p_length": length, "p_seq": seq}
+    await conn.execute(sql.SET_CONTEXT, params)
+
+
+async def _record_requested_calls(conn: AsyncConnection, turn: Row[Any], ended_at: datetime) -> list[Row[Any]]:
+    """Insert the tool calls the answer requests; a call id the session already has keeps its first row."""
+    requested: dict[str, history.RequestedToolCall] = {}
+    for call in history.requested_tool_calls(turn.output_message):
+        requested.setdefault(call.call_id, call)
+    if not requested:
+        return []
+    rows = [
+        {
+            "session_id": turn.session_id,
+            "turn_id": turn.id,
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "requested_at": ended_at,
+        }
+        for call in requested.values()
+    ]
+    result = await conn.execute(sql.INSERTS[conn.dialect.name].tool_calls, rows)
+    inserted = {row.call_id: row for row in result.all()}
+    return [inserted[call_id] for call_id in requested if call_id in inserted]
 
 
 async def fail_turn(
-    db: AsyncSession,
+    conn: AsyncConnection,
     turn_id: str,
     *,
     status: str,
@@ -232,23 +284,27 @@ async def fail_turn(
     first_token_at: datetime | None,
     worker: str | None = None,
     dispatched_at: datetime | None = None,
-) -> Turn:
-    """End a pending turn without an answer (`status` is "failed" or "cancelled")."""
-    values: dict[str, Any] = {
-        "status": status,
-        "error": {"type": error_type, "message": error_message},
-        "ended_at": ended_at,
-        "output_message": dict(partial_output) if partial_output is not None else None,
-    }
-    if first_token_at is not None:
-        values["first_token_at"] = first_token_at
-    if worker is not None:
-        values["worker"] = worker
-    if dispatched_at is not None:
-        values["dispatched_at"] = dispatched_at
-    turn = await _pending_turn_update(db, turn_id, values)
-    await _touch_session(db, turn.session_id, ended_at)
-    return turn
+) -> TurnRecord:
+    """End a pending turn without an answer (`status` is "failed" or "cancelled"); the context stays as it is."""
+    turn = await _end_pending(
+        conn,
+        sql.FAIL_TURN,
+        {
+            "p_turn": turn_id,
+            "p_status": status,
+            "p_error": {"type": error_type, "message": error_message},
+            "p_ended_at": ended_at,
+            "p_output_message": dict(partial_output) if partial_output is not None else None,
+            "p_first_token_at": first_token_at,
+            "p_worker": worker,
+            "p_dispatched_at": dispatched_at,
+        },
+    )
+    await _touch_session(conn, turn.session_id, ended_at)
+    return cv.turn_record(turn, ())
+
+
+# the rest, on the ORM
 
 
 async def list_turns(db: AsyncSession, session_id: str, *, limit: int, after_seq: int | None) -> Sequence[Turn]:
@@ -288,7 +344,7 @@ async def record_tool_result(
             .values(
                 result=content,
                 returned_at=returned_at,
-                duration_ms=duration_ms(call.requested_at, returned_at),
+                duration_ms=cv.duration_ms(call.requested_at, returned_at),
                 result_source="api",
             )
             .returning(ToolCall)

@@ -8,11 +8,15 @@ from typing import Any
 import pytest
 
 from sessions.history import (
+    EMPTY_DIGEST,
     content_text,
+    context_digest,
     context_messages,
+    extend_digest,
     normalise_message,
     requested_tool_calls,
     split_delta,
+    split_delta_by_digest,
     tool_results,
 )
 
@@ -108,6 +112,36 @@ def test_split_delta_resets_when_history_changed(messages: list[dict[str, Any]])
     delta = split_delta([user("q1"), assistant("a1")], messages)
     assert delta.input_messages == messages
     assert delta.context_reset
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [user("q1"), assistant("a1"), user("q2")],
+        [{"role": "user", "content": [{"type": "text", "text": "q1"}]}, assistant("a1", name=None)],
+        [user("q1 edited"), assistant("a1"), user("q2")],
+        [user("q1")],
+        [user("q2")],
+        [],
+    ],
+)
+def test_the_digest_splits_as_the_messages_do(messages: list[dict[str, Any]]) -> None:
+    context = [user("q1"), assistant("a1")]
+    assert split_delta_by_digest(context_digest(context), len(context), messages) == split_delta(context, messages)
+    assert split_delta_by_digest(EMPTY_DIGEST, 0, messages) == split_delta([], messages)
+
+
+def test_the_digest_is_a_chain_over_normalised_messages() -> None:
+    calls = [call("c1", "search", '{"q": "x", "n": 1}')]
+    context = [user("q1"), assistant(None, tool_calls=calls), {"role": "tool", "tool_call_id": "c1", "content": "r"}]
+    assert context_digest([]) == EMPTY_DIGEST
+    assert extend_digest(context_digest(context[:1]), context[1:]) == context_digest(context)
+    echoed = [user("q1"), {"role": "assistant", "tool_calls": [call("c1", "search", '{"n":1,"q":"x"}')]}, context[2]]
+    assert context_digest(echoed) == context_digest(context)
+    assert context_digest(context[::-1]) != context_digest(context)
+    assert context_digest([user("a"), user("b")]) != context_digest([user("ab")])
+    # A lone surrogate (legal in a JSON request) is hashed, not an error.
+    assert context_digest([user("x\ud800")]) not in (context_digest([user("x")]), context_digest([user("x?")]))
 
 
 def test_split_delta_copies_the_messages() -> None:

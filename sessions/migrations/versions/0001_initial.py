@@ -41,6 +41,9 @@ def upgrade() -> None:
         sa.Column("created_at", Timestamp, nullable=False),
         sa.Column("last_active_at", Timestamp, nullable=False),
         sa.Column("turn_count", sa.Integer(), nullable=False),
+        sa.Column("context_digest", sa.String(64), nullable=False),
+        sa.Column("context_length", sa.Integer(), nullable=False),
+        sa.Column("context_seq", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name=op.f("fk_sessions_tenant_id_tenants")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sessions")),
     )

@@ -1,0 +1,172 @@
+"""The statements of the per-request path (`begin_turn` ... `fail_turn`, `get_or_create_session`), built once.
+
+Building a statement and its cache key costs SQLAlchemy about as much CPU as running it on SQLite (a few hundred
+microseconds on a small machine); a statement object built once keeps its cache key and finds its compiled form
+in the engine's cache, so a call only binds parameters. Parameters are named `p_*`
+so that none is taken for a column: in an UPDATE a parameter named like a column would be added to its SET.
+A bare `bindparam` in a SET gets the column's type; one inside an expression is given its type here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from sqlalchemy import String, bindparam, func, insert, select, update
+from sqlalchemy.sql.dml import Insert
+
+from ._sql import insert_on_conflict, later
+from .models import NullableJSON, Session, Tenant, ToolCall, Turn, UTCDateTime
+
+__all__ = [
+    "CLAIM_SEQ",
+    "COMPLETE_TURN",
+    "FAIL_TURN",
+    "INSERTS",
+    "INSERT_TURN",
+    "MARK_DISPATCHED",
+    "PENDING_TOOL_CALLS",
+    "RETURN_TOOL_CALLS",
+    "SESSION_BY_ID",
+    "SESSION_OWNER",
+    "SET_CONTEXT",
+    "TOUCH_SESSION",
+    "TURN_STATUS",
+    "Inserts",
+]
+
+_AT = bindparam("p_at", type_=UTCDateTime())
+
+# get_or_create_session (an ORM statement: it loads a `Session`)
+
+SESSION_BY_ID = select(Session).where(Session.id == bindparam("p_session"))
+
+# begin_turn
+
+CLAIM_SEQ = (
+    update(Session)
+    .where(
+        Session.id == bindparam("p_session"),
+        Session.tenant_id == bindparam("p_tenant"),
+        Session.state == "active",
+    )
+    .values({Session.turn_count: Session.turn_count + 1, Session.last_active_at: later(Session.last_active_at, _AT)})
+    .returning(Session.turn_count, Session.context_digest, Session.context_length)
+)
+SESSION_OWNER = select(Session.tenant_id, Session.state).where(Session.id == bindparam("p_session"))
+INSERT_TURN = insert(Turn)
+PENDING_TOOL_CALLS = (
+    select(ToolCall.id, ToolCall.call_id, ToolCall.requested_at)
+    .where(
+        ToolCall.session_id == bindparam("p_session"),
+        ToolCall.call_id.in_(bindparam("p_call_ids", expanding=True)),
+        ToolCall.result.is_(None),
+    )
+    .with_for_update()
+)
+RETURN_TOOL_CALLS = (  # executemany: one parameter set per call
+    update(ToolCall)
+    .where(ToolCall.id == bindparam("p_call"), ToolCall.result.is_(None))
+    .values(
+        result=bindparam("p_result"),
+        duration_ms=bindparam("p_duration_ms"),
+        returned_at=_AT,
+        result_source="message",
+    )
+)
+
+# the end of a turn
+
+_TURN_COLUMNS = tuple(Turn.__table__.columns)
+_PENDING = (Turn.id == bindparam("p_turn"), Turn.status == "pending")
+_KEPT_UNLESS_GIVEN = {  # None keeps what mark_dispatched (or the stream) recorded
+    Turn.worker: func.coalesce(bindparam("p_worker", type_=String()), Turn.worker),
+    Turn.dispatched_at: func.coalesce(bindparam("p_dispatched_at", type_=UTCDateTime()), Turn.dispatched_at),
+}
+
+TURN_STATUS = select(Turn.status).where(Turn.id == bindparam("p_turn"))
+MARK_DISPATCHED = (
+    update(Turn)
+    .where(*_PENDING)
+    .values(worker=bindparam("p_worker"), dispatched_at=bindparam("p_dispatched_at"))
+    .returning(Turn.id)
+)
+COMPLETE_TURN = (
+    update(Turn)
+    .where(*_PENDING)
+    .values(
+        {
+            Turn.status: "ok",
+            Turn.output_message: bindparam("p_output_message"),
+            Turn.finish_reason: bindparam("p_finish_reason"),
+            Turn.model: bindparam("p_model"),
+            Turn.first_token_at: bindparam("p_first_token_at"),
+            Turn.ended_at: bindparam("p_ended_at"),
+            Turn.prompt_tokens: bindparam("p_prompt_tokens"),
+            Turn.completion_tokens: bindparam("p_completion_tokens"),
+            Turn.cached_tokens: bindparam("p_cached_tokens"),
+            Turn.cached_tokens_details: bindparam("p_cached_tokens_details"),
+            Turn.cached_device: bindparam("p_cached_device"),
+            Turn.cached_host: bindparam("p_cached_host"),
+            Turn.cached_storage: bindparam("p_cached_storage"),
+            **_KEPT_UNLESS_GIVEN,
+        }
+    )
+    .returning(*_TURN_COLUMNS)
+)
+FAIL_TURN = (
+    update(Turn)
+    .where(*_PENDING)
+    .values(
+        {
+            Turn.status: bindparam("p_status"),
+            Turn.error: bindparam("p_error", type_=NullableJSON),
+            Turn.ended_at: bindparam("p_ended_at"),
+            Turn.output_message: bindparam("p_output_message"),
+            Turn.first_token_at: func.coalesce(bindparam("p_first_token_at", type_=UTCDateTime()), Turn.first_token_at),
+            **_KEPT_UNLESS_GIVEN,
+        }
+    )
+    .returning(*_TURN_COLUMNS)
+)
+# Moves last_active_at (never back) and, for an ok turn, takes the session's row lock before its context is read.
+TOUCH_SESSION = (
+    update(Session)
+    .where(Session.id == bindparam("p_session"))
+    .values({Session.last_active_at: later(Session.last_active_at, _AT)})
+    .returning(Session.context_digest, Session.context_length, Session.context_seq)
+)
+SET_CONTEXT = (
+    update(Session)
+    .where(Session.id == bindparam("p_session"))
+    .values(
+        context_digest=bindparam("p_digest"),
+        context_length=bindparam("p_length"),
+        context_seq=bindparam("p_seq"),
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Inserts:
+    """The backend's `INSERT ... ON CONFLICT DO NOTHING` statements of the per-request path."""
+
+    tenant: Insert  # creates the tenant on first use
+    session: Insert  # returns the id if this statement created the session
+    tool_calls: Insert  # executemany; returns the rows inserted (a call id the session has is skipped)
+
+    @classmethod
+    def build(cls, backend: str) -> Inserts:
+        return cls(
+            tenant=insert_on_conflict(backend, Tenant),
+            session=insert_on_conflict(backend, Session).returning(Session.id),
+            tool_calls=insert_on_conflict(backend, ToolCall, conflict=("session_id", "call_id")).returning(
+                *ToolCall.__table__.columns
+            ),
+        )
+
+
+INSERTS: Mapping[str, Inserts] = MappingProxyType(
+    {backend: Inserts.build(backend) for backend in ("sqlite", "postgresql")}
+)

@@ -1,0 +1,287 @@
+"""The session's context as `begin_turn` sees it through the digest on the session row, and sessions created by a
+first turn. Every decision must match what `history.split_delta` makes against `session_context()`."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from sessions import InvalidTransition, SessionExists, SessionNotFound, SqlSessionStore, TurnRecord
+from sessions.history import split_delta
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def answer(text: str | None, *call_ids: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if call_ids:
+        message["tool_calls"] = [
+            {"id": call_id, "type": "function", "function": {"name": "grep", "arguments": '{"q": 1}'}}
+            for call_id in call_ids
+        ]
+    return message
+
+
+def tool(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+async def begin(
+    store: SqlSessionStore, session_id: str, messages: list[dict[str, Any]], start: float, **options: Any
+) -> TurnRecord:
+    return await store.begin_turn(
+        session_id, tenant_id="default", messages=messages, request={}, received_at=at(start), **options
+    )
+
+
+async def complete(store: SqlSessionStore, turn: TurnRecord, reply: dict[str, Any], end: float) -> TurnRecord:
+    return await store.complete_turn(turn.id, output_message=reply, finish_reason="stop", model="m", ended_at=at(end))
+
+
+async def chat(
+    store: SqlSessionStore, session_id: str, messages: list[dict[str, Any]], reply: dict[str, Any], start: float
+) -> TurnRecord:
+    return await complete(store, await begin(store, session_id, messages, start), reply, start + 1)
+
+
+@contextmanager
+def statements(store: SqlSessionStore) -> Iterator[list[str]]:
+    """The SQL the store sends while the block runs."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+
+
+async def test_begin_turn_does_not_read_the_turns_of_a_long_session(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    history: list[dict[str, Any]] = [{"role": "system", "content": "agent"}]
+    per_turn: list[list[str]] = []
+    for t in range(40):
+        tool_turn = t % 2 == 1
+        history.append(tool(f"c{t - 1}", f"result {t}") if tool_turn else user(f"task {t}"))
+        with statements(store) as seen:
+            turn = await begin(store, session.id, history, t)
+        per_turn.append(seen)
+        assert (turn.input_messages, turn.context_reset) == (history[-2:] if t == 0 else [history[-1]], False)
+        reply = answer(f"done {t}") if tool_turn else answer(None, f"c{t}")
+        await complete(store, turn, reply, t + 0.5)
+        history.append(reply)
+
+    for seen in per_turn:
+        assert not [sql for sql in seen if sql.startswith("SELECT") and " turns" in sql], seen
+    # The work does not grow with the session: the 40th turn sends what the 2nd (a tool result too) did.
+    assert len(per_turn[39]) == len(per_turn[1])
+    assert [sql for sql in per_turn[38] if sql.startswith("SELECT")] == []  # a user message: writes only
+    assert await store.pending_tool_calls(session.id, tenant_id="default") == []
+
+
+async def test_edited_history_resets_the_context(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    await chat(store, session.id, [user("q1")], answer("a1"), 0)
+    await chat(store, session.id, [user("q1"), answer("a1"), user("q2")], answer("a2"), 2)
+
+    edited = [user("q1, said differently"), answer("a1"), user("q2"), answer("a2"), user("q3")]
+    turn = await begin(store, session.id, edited, 4)
+    assert (turn.input_messages, turn.context_reset) == (edited, True)
+    await complete(store, turn, answer("a3"), 5)
+    assert await store.session_context(session.id, tenant_id="default") == [*edited, answer("a3")]
+
+    rewound = await begin(store, session.id, [user("q1, said differently")], 6)  # fewer messages than the context
+    assert (rewound.input_messages, rewound.context_reset) == ([user("q1, said differently")], True)
+    await store.fail_turn(rewound.id, error_type="x", error_message="x", ended_at=at(7))
+
+    # The reset turn's context goes on: the next request that extends it stores only what is new.
+    follow_up = await begin(store, session.id, [*edited, answer("a3"), user("q4")], 8)
+    assert (follow_up.input_messages, follow_up.context_reset) == ([user("q4")], False)
+
+
+async def test_resent_history_stores_only_what_is_new(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    context = [{"role": "system", "content": "s"}, user("q1"), answer("a1")]
+    await chat(store, session.id, context[:2], context[2], 0)
+
+    same = await begin(store, session.id, context, 2)  # the same history again, nothing new
+    assert (same.input_messages, same.context_reset) == ([], False)
+    await store.fail_turn(same.id, error_type="x", error_message="x", ended_at=at(3))
+
+    # Keys the comparison ignores (and content as parts) do not count as an edit.
+    echoed = [
+        *context[:2],
+        {**context[2], "name": None, "refusal": None},
+        {"role": "user", "content": [{"type": "text", "text": "q2"}]},
+    ]
+    turn = await begin(store, session.id, echoed, 4)
+    assert (turn.input_messages, turn.context_reset) == ([echoed[3]], False)
+
+
+async def test_a_failed_turns_messages_are_recorded_again(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    first = await begin(store, session.id, [user("q1")], 0)
+    await store.fail_turn(first.id, error_type="upstream", error_message="503", ended_at=at(1))
+    retried = await begin(store, session.id, [user("q1")], 2)
+    assert (retried.input_messages, retried.context_reset) == ([user("q1")], False)
+    await complete(store, retried, answer("a1"), 3)
+
+    messages = [user("q1"), answer("a1"), user("q2")]
+    cancelled = await begin(store, session.id, messages, 4)
+    await store.fail_turn(cancelled.id, status="cancelled", error_type="gone", error_message="", ended_at=at(5))
+    again = await begin(store, session.id, messages, 6)
+    assert (again.input_messages, again.context_reset) == ([user("q2")], False)
+    assert await store.session_context(session.id, tenant_id="default") == [user("q1"), answer("a1")]
+
+
+async def test_tool_messages_return_the_calls_late_in_a_session(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    messages = [user("q0")]
+    for t in range(10):  # a context of 20 messages first
+        await chat(store, session.id, messages, answer(f"a{t}"), t * 2)
+        messages += [answer(f"a{t}"), user(f"q{t + 1}")]
+    asked = await chat(store, session.id, messages, answer(None, "c1", "c2"), 30)
+    messages += [answer(None, "c1", "c2"), tool("c1", "r1"), tool("c2", "r2")]
+
+    turn = await begin(store, session.id, messages, 33)
+    assert (turn.input_messages, turn.context_reset) == ([tool("c1", "r1"), tool("c2", "r2")], False)
+    assert await store.pending_tool_calls(session.id, tenant_id="default") == []
+    [listed] = await store.list_turns(session.id, tenant_id="default", after_seq=asked.seq - 1, limit=1)
+    assert [(c.call_id, c.result, c.duration_ms, c.result_source) for c in listed.tool_calls] == [
+        ("c1", "r1", 2000.0, "message"),
+        ("c2", "r2", 2000.0, "message"),
+    ]
+
+
+async def test_turns_that_complete_out_of_order_keep_the_context_in_seq_order(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    await chat(store, session.id, [user("q1")], answer("a1"), 0)
+    base = [user("q1"), answer("a1")]
+    second = await begin(store, session.id, [*base, user("q2")], 2)
+    third = await begin(store, session.id, [*base, user("q3")], 3)
+    reset = await begin(store, session.id, [user("other")], 4)
+    fifth = await begin(store, session.id, [*base, user("q5")], 5)
+
+    await complete(store, third, answer("a3"), 6)
+    await complete(store, second, answer("a2"), 7)  # completes after a later turn
+    context = await store.session_context(session.id, tenant_id="default")
+    assert context == [*base, user("q2"), answer("a2"), user("q3"), answer("a3")]
+    turn = await begin(store, session.id, [*context, user("q6")], 8)
+    assert (turn.input_messages, turn.context_reset) == ([user("q6")], False)
+    await store.fail_turn(turn.id, error_type="x", error_message="x", ended_at=at(9))
+
+    await complete(store, fifth, answer("a5"), 10)
+    await complete(store, reset, answer("b"), 11)  # a reset completing late moves the context's start
+    context = await store.session_context(session.id, tenant_id="default")
+    assert context == [user("other"), answer("b"), user("q5"), answer("a5")]
+    turn = await begin(store, session.id, [*context, user("q7")], 12)
+    assert (turn.input_messages, turn.context_reset) == ([user("q7")], False)
+
+
+async def test_the_digest_decides_as_split_delta_on_the_context(store: SqlSessionStore) -> None:
+    """Random interleavings of requests (extending the context, or not) and their outcomes."""
+    rng = random.Random(20251122)
+    session = await store.create_session()
+    pending: list[tuple[TurnRecord, list[dict[str, Any]]]] = []
+    for step in range(80):
+        if pending and (len(pending) > 3 or rng.random() < 0.5):
+            turn, _ = pending.pop(rng.randrange(len(pending)))
+            if rng.random() < 0.75:
+                await complete(store, turn, answer(f"a{step}", *([f"c{step}"] if rng.random() < 0.3 else [])), step)
+            else:
+                await store.fail_turn(turn.id, error_type="x", error_message="x", ended_at=at(step))
+            continue
+        context = await store.session_context(session.id, tenant_id="default")
+        choice = rng.random()
+        if choice < 0.6 or not context:
+            messages = [*context, user(f"q{step}")]
+        elif choice < 0.75:
+            messages = list(context)  # nothing new
+        elif choice < 0.9:
+            cut = rng.randrange(len(context))
+            messages = [*context[:cut], user(f"edited {step}"), *context[cut + 1 :]]
+        else:
+            messages = [*context[: rng.randrange(len(context))], user(f"rewound {step}")]
+        turn = await begin(store, session.id, messages, step)
+        expected = split_delta(context, messages)
+        assert (turn.input_messages, turn.context_reset) == (expected.input_messages, expected.context_reset), step
+        pending.append((turn, messages))
+
+
+# sessions created by their first turn
+
+
+async def test_begin_turn_can_create_the_session(store: SqlSessionStore) -> None:
+    first = await store.begin_turn(
+        "new-1", tenant_id="acme", messages=[user("q")], request={}, received_at=at(0), create_session=True
+    )
+    assert (first.session_id, first.seq, first.input_messages, first.context_reset) == ("new-1", 1, [user("q")], False)
+    session = await store.get_session("new-1", tenant_id="acme")
+    assert (session.state, session.turn_count, session.priority, session.metadata) == ("active", 1, 0, {})
+    assert session.last_active_at >= at(0)
+    await complete(store, first, answer("a"), 1)
+
+    second = await store.begin_turn(
+        "new-1",
+        tenant_id="acme",
+        messages=[user("q"), answer("a"), user("q2")],
+        request={},
+        received_at=at(2),
+        create_session=True,
+    )
+    assert (second.seq, second.input_messages) == (2, [user("q2")])
+    assert (await store.get_session("new-1", tenant_id="acme")).turn_count == 2
+
+    with pytest.raises(SessionExists):  # as get_or_create_session: the id is another tenant's
+        await store.begin_turn(
+            "new-1", tenant_id="other", messages=[user("q")], request={}, received_at=at(3), create_session=True
+        )
+    with pytest.raises(SessionNotFound):
+        await store.begin_turn("new-1", tenant_id="other", messages=[user("q")], request={}, received_at=at(3))
+    with pytest.raises(SessionNotFound):
+        await store.begin_turn("new-2", tenant_id="acme", messages=[user("q")], request={}, received_at=at(3))
+    await store.update_session("new-1", tenant_id="acme", state="closed")
+    with pytest.raises(InvalidTransition, match="closed"):
+        await store.begin_turn(
+            "new-1", tenant_id="acme", messages=[user("q")], request={}, received_at=at(4), create_session=True
+        )
+    with pytest.raises(ValueError, match="128"):
+        await store.begin_turn(
+            "x" * 129, tenant_id="acme", messages=[], request={}, received_at=at(4), create_session=True
+        )
+    assert (await store.get_session("new-1", tenant_id="acme")).turn_count == 2
+    assert (await store.list_sessions(tenant_id="other")).items == []
+
+
+async def test_concurrent_first_turns_create_one_session(store: SqlSessionStore) -> None:
+    turns = await asyncio.gather(
+        *(
+            store.begin_turn(
+                "racy", tenant_id="t", messages=[user(f"q{i}")], request={}, received_at=at(i), create_session=True
+            )
+            for i in range(8)
+        )
+    )
+    assert sorted(t.seq for t in turns) == list(range(1, 9))
+    assert [s.id for s in (await store.list_sessions(tenant_id="t")).items] == ["racy"]
+    assert (await store.get_session("racy", tenant_id="t")).turn_count == 8
