@@ -61,7 +61,8 @@ def run(worker_url: str, gateway_url: str, turns: int, sessions: int, max_tokens
                     elapsed = time.perf_counter() - started
                     response.raise_for_status()
                     history[path].append(
-                        {"role": "assistant", "content": response.json()["choices"][0]["message"]["content"]})
+                        {"role": "assistant", "content": response.json()["choices"][0]["message"]["content"]}
+                    )
                     if t > 0:  # the first turn of each session warms connections and caches
                         times[path].append(elapsed * 1000)
     return times
@@ -71,11 +72,15 @@ def report(times: dict[str, list[float]]) -> str:
     direct, gateway = times["direct"], times["gateway"]
     lines = [f"{'path':<10}{'n':>6}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}"]
     for name, values in times.items():
-        lines.append(f"{name:<10}{len(values):>6}{statistics.median(values):>10.2f}"
-                     f"{_percentile(values, 0.99):>10.2f}{statistics.fmean(values):>10.2f}")
+        lines.append(
+            f"{name:<10}{len(values):>6}{statistics.median(values):>10.2f}"
+            f"{_percentile(values, 0.99):>10.2f}{statistics.fmean(values):>10.2f}"
+        )
     added = [g - d for g, d in zip(gateway, direct, strict=True)]
-    lines.append(f"added by the gateway, per turn (paired): p50 {statistics.median(added):.2f} ms, "
-                 f"p99 {_percentile(added, 0.99):.2f} ms, mean {statistics.fmean(added):.2f} ms")
+    lines.append(
+        f"added by the gateway, per turn (paired): p50 {statistics.median(added):.2f} ms, "
+        f"p99 {_percentile(added, 0.99):.2f} ms, mean {statistics.fmean(added):.2f} ms"
+    )
     return "\n".join(lines)
 
 
@@ -99,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
             worker_url = args.worker_url
             if args.fake_worker:
                 worker_url = f"http://127.0.0.1:{args.worker_port}"
-                children.append(subprocess.Popen([sys.executable, "-m", "benchmarks.fake_worker", "--port",
-                                                  str(args.worker_port)]))
+                children.append(
+                    subprocess.Popen([sys.executable, "-m", "benchmarks.fake_worker", "--port", str(args.worker_port)])
+                )
                 _wait(f"{worker_url}/health")
             elif args.start_worker:
                 from sglang_ext.launcher import WorkerConfig, start_worker
@@ -109,15 +115,32 @@ def main(argv: list[str] | None = None) -> int:
                 worker_handle.wait_ready(timeout=300)
                 worker_url = worker_handle.url
             gateway_url = f"http://127.0.0.1:{args.gateway_port}"
-            env = {**os.environ, "SESSIONGATE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/bench.db",
-                   "SESSIONGATE_LOG_LEVEL": "warning"}
-            children.append(subprocess.Popen(
-                [sys.executable, "-m", "sessiongate.cli", "serve", "--port", str(args.gateway_port),
-                 "--worker", worker_url], env=env))
+            env = {
+                **os.environ,
+                "SESSIONGATE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/bench.db",
+                "SESSIONGATE_LOG_LEVEL": "warning",
+            }
+            children.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "sessiongate.cli",
+                        "serve",
+                        "--port",
+                        str(args.gateway_port),
+                        "--worker",
+                        worker_url,
+                    ],
+                    env=env,
+                )
+            )
             _wait(f"{gateway_url}/readyz")
             times = run(worker_url, gateway_url, args.turns, args.sessions, args.max_tokens)
-            print(f"worker {worker_url} ({'fake' if args.fake_worker else 'SGLang'}), "
-                  f"{args.sessions} sessions x {args.turns} turns, max_tokens {args.max_tokens}, concurrency 1")
+            print(
+                f"worker {worker_url} ({'fake' if args.fake_worker else 'SGLang'}), "
+                f"{args.sessions} sessions x {args.turns} turns, max_tokens {args.max_tokens}, concurrency 1"
+            )
             print(report(times))
         finally:
             for child in children:

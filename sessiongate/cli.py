@@ -22,19 +22,32 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.settings import GatewaySettings
 
     settings = GatewaySettings.from_env(
-        host=args.host, port=args.port, workers=tuple(args.worker) if args.worker else None,
-        database_url=args.database_url, api_key=args.api_key, log_level=args.log_level,
+        host=args.host,
+        port=args.port,
+        workers=tuple(args.worker) if args.worker else None,
+        database_url=args.database_url,
+        api_key=args.api_key,
+        log_level=args.log_level,
     )
     configure(level=settings.log_level, json=settings.log_json)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, loop="uvloop",
-                http="httptools", access_log=False, log_level="warning", lifespan="on")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
+    )
     return 0
 
 
 def _worker(args: argparse.Namespace, rest: list[str]) -> int:
     from sglang_ext.launcher import worker_main
 
-    return worker_main(rest)
+    code: int = worker_main(rest)
+    return code
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -66,21 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gateway (OpenAI-compatible, session-aware)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--worker", action="append", metavar="URL",
-                       help="an SGLang worker's base URL (repeat for several); env SESSIONGATE_WORKERS=a,b")
+    serve.add_argument(
+        "--worker",
+        action="append",
+        metavar="URL",
+        help="an SGLang worker's base URL (repeat for several); env SESSIONGATE_WORKERS=a,b",
+    )
     serve.add_argument("--database-url", help="SQLAlchemy async URL (default: SQLite under .sessiongate/)")
     serve.add_argument("--api-key", help="require this client key (default: no authentication)")
     serve.add_argument("--log-level")
     serve.set_defaults(handler=_serve)
 
-    worker = commands.add_parser("worker", add_help=False,
-                                 help="run one SGLang worker with the sessiongate extension (--help for flags)")
+    worker = commands.add_parser(
+        "worker", add_help=False, help="run one SGLang worker with the sessiongate extension (--help for flags)"
+    )
     worker.set_defaults(handler=None)
 
     up = commands.add_parser("up", help="the embedded default: CPU/GPU workers + gateway + SQLite + KV pool")
     up.add_argument("--workers", type=int, default=2, help="how many workers to start (default 2)")
-    up.add_argument("--port", type=int, default=8000, help="gateway port (workers use the next ports up)")
-    up.add_argument("--worker-base-port", type=int, default=30001)
+    up.add_argument("--port", type=int, default=8000, help="gateway port (default 8000)")
+    up.add_argument("--worker-base-port", type=int, default=30001, help="first worker's port; the next go up")
     up.add_argument("--state-dir", default=".sessiongate", help="database, KV pool, model and logs")
     up.add_argument("--model-path", help="serve this model instead of the generated tiny one")
     up.add_argument("--model-size", choices=["tiny", "medium"], default="tiny")

@@ -13,15 +13,21 @@ from sdk import SessionGate, Turn
 
 __all__ = ["run_demo"]
 
-SYSTEM = ("You are a concise travel assistant. Answer in short sentences and use the tools when the user asks "
-          "about the weather.")
+SYSTEM = (
+    "You are a concise travel assistant. Answer in short sentences and use the tools when the user asks "
+    "about the weather."
+)
 WEATHER_TOOL = {
     "type": "function",
     "function": {
         "name": "get_weather",
         "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Lisbon", "Porto"]}},
-                       "required": ["city"], "additionalProperties": False},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Lisbon", "Porto"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
     },
 }
 
@@ -42,8 +48,10 @@ def _row(turn: Turn) -> str:
     took = ""
     if timings.ended_at and timings.received_at:
         took = f"{(timings.ended_at - timings.received_at).total_seconds() * 1000:.0f} ms"
-    return (f"  turn {turn.seq}  {turn.status:<9} worker {turn.worker or '-':<16} prompt {prompt!s:>5}  "
-            f"cached {cached!s:>5}  {where or '(none)':<28} {took}")
+    return (
+        f"  turn {turn.seq}  {turn.status:<9} worker {turn.worker or '-':<16} prompt {prompt!s:>5}  "
+        f"cached {cached!s:>5}  {where or '(none)':<28} {took}"
+    )
 
 
 def run_demo(*, base_url: str | None = None, api_key: str | None = None) -> int:
@@ -54,26 +62,45 @@ def run_demo(*, base_url: str | None = None, api_key: str | None = None) -> int:
         write(f"session {session.id} (model {model})")
 
         session.messages.append({"role": "system", "content": SYSTEM})
-        reply = session.chat([{"role": "user", "content": "I have three days in Lisbon. What should I see first?"}],
-                             model=model, max_tokens=24, temperature=0)
+        reply = session.chat(
+            [{"role": "user", "content": "I have three days in Lisbon. What should I see first?"}],
+            model=model,
+            max_tokens=24,
+            temperature=0,
+        )
         write(f"[1] assistant: {reply.content!r}")
 
         write("[2] assistant (streamed): ", end="", flush=True)
-        stream = session.chat([{"role": "user", "content": "And what should I eat there?"}], model=model,
-                              max_tokens=24, temperature=0, stream=True)
+        stream = session.chat(
+            [{"role": "user", "content": "And what should I eat there?"}],
+            model=model,
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+        )
         for chunk in stream:
             if chunk.delta is not None and chunk.delta.content:
                 write(chunk.delta.content, end="", flush=True)
         write("")
 
-        reply = session.chat([{"role": "user", "content": "What is the weather in Lisbon right now?"}],
-                             model=model, max_tokens=64, temperature=0, tools=[WEATHER_TOOL],
-                             tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        reply = session.chat(
+            [{"role": "user", "content": "What is the weather in Lisbon right now?"}],
+            model=model,
+            max_tokens=64,
+            temperature=0,
+            tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        )
         calls = reply.choices[0].message.tool_calls
         write(f"[3] assistant calls: {[(c.function.name, c.function.arguments) for c in calls]}")
         for call in calls:
-            session.messages.append({"role": "tool", "tool_call_id": call.id,
-                                     "content": '{"city": "Lisbon", "sky": "sunny", "celsius": 24}'})
+            session.messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "content": '{"city": "Lisbon", "sky": "sunny", "celsius": 24}',
+                }
+            )
         reply = session.chat([], model=model, max_tokens=24, temperature=0, tools=[WEATHER_TOOL])
         write(f"[4] assistant: {reply.content!r}")
 

@@ -16,12 +16,21 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 import httpx
 
 from .demo import run_demo
 
 __all__ = ["run_up"]
+
+
+class _Child(Protocol):
+    """A process `up` started and must stop: a worker or the gateway."""
+
+    def poll(self) -> int | None: ...
+
+    def stop(self, timeout: float = ...) -> object: ...
 
 
 class _Stop(Exception):
@@ -43,15 +52,18 @@ class GatewayProcess:
         for url in workers:
             command += ["--worker", url]
         self._log = log_path.open("ab")
-        self.process = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            command, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the gateway exited with code {self.process.returncode}; "
-                                   f"see {self.log_path}:\n{_tail(self.log_path)}")
+                raise RuntimeError(
+                    f"the gateway exited with code {self.process.returncode}; "
+                    f"see {self.log_path}:\n{_tail(self.log_path)}"
+                )
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
                     return
@@ -63,11 +75,11 @@ class GatewayProcess:
     def poll(self) -> int | None:
         return self.process.poll()
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
-                self.process.wait(timeout_s)
+                self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
@@ -83,30 +95,38 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def run_up(args: argparse.Namespace) -> int:
     from sglang_ext.launcher import WorkerConfig, start_worker
-    from sglang_ext.tiny_model import make_model
 
     state_dir = Path(args.state_dir).resolve()
     logs = state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    pool_dir = state_dir / "kvpool"
-    model_path = Path(args.model_path) if args.model_path else make_model(state_dir / f"model-{args.model_size}",
-                                                                          size=args.model_size)
+    pool_dir = state_dir / "kv-pool"
     signal.signal(signal.SIGTERM, _on_sigterm)
-    started: list[object] = []
+    started: list[_Child] = []
     try:
-        print(f"starting {args.workers} worker(s) on {model_path} (pool {pool_dir}) ...", flush=True)
+        model = args.model_path or f"the generated {args.model_size} model"
+        print(f"starting {args.workers} worker(s) with {model}, sharing the KV pool {pool_dir} ...", flush=True)
         workers = []
         for i in range(args.workers):
-            config = WorkerConfig(model_path=str(model_path), port=args.worker_base_port + i,
-                                  pool_dir=str(pool_dir), log_file=str(logs / f"worker-{i + 1}.log"))
+            # Started one after another: the first one makes the tiny model, the others find it made.
+            config = WorkerConfig(
+                model_path=Path(args.model_path) if args.model_path else None,
+                model_size=args.model_size,
+                state_dir=state_dir,
+                port=args.worker_base_port + i,
+                pool_dir=pool_dir,
+                log_file=logs / f"worker-{i + 1}.log",
+            )
             worker = start_worker(config)
             started.append(worker)
             workers.append(worker)
         for worker in workers:
-            worker.wait_ready(timeout=300)
-        gateway = GatewayProcess(port=args.port, workers=[w.url for w in workers],
-                                 database_url=f"sqlite+aiosqlite:///{state_dir / 'sessiongate.db'}",
-                                 log_path=logs / "gateway.log")
+            worker.wait_ready(timeout=600)
+        gateway = GatewayProcess(
+            port=args.port,
+            workers=[w.url for w in workers],
+            database_url=f"sqlite+aiosqlite:///{state_dir / 'sessiongate.db'}",
+            log_path=logs / "gateway.log",
+        )
         started.append(gateway)
         gateway.wait_ready(timeout_s=60)
 
@@ -123,7 +143,7 @@ def run_up(args: argparse.Namespace) -> int:
         print("press Ctrl-C to stop", flush=True)
         while True:
             for child in started:
-                code = child.poll()  # type: ignore[attr-defined]
+                code = child.poll()
                 if code is not None:
                     print(f"a child process exited unexpectedly (code {code}); stopping", file=sys.stderr)
                     return 1
@@ -133,5 +153,5 @@ def run_up(args: argparse.Namespace) -> int:
         return 0
     finally:
         for child in reversed(started):
-            child.stop()  # type: ignore[attr-defined]
+            child.stop()
         print("stopped", flush=True)

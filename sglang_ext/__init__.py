@@ -1,1 +1,12 @@
-"""sglang_ext."""
+"""sessiongate's side of an SGLang worker: the plug-in, the launcher, and the CPU compatibility layer.
+
+- `protocol`: the extension's wire formats (pydantic only; the one module the gateway imports);
+- `plugin`: the `sglang.srt.plugins` entry point, loaded by SGLang in every worker process;
+- `sglang_internals`: every reference to SGLang internals, pinned to sglang 0.5.23;
+- `launcher` (`worker_config`, `worker_process`, `hardware`): start and stop a worker;
+- `cpu_compat`: what the real engine needs to run without CUDA (import hooks, pure-torch kernels,
+  a stand-in `sgl_kernel`);
+- `tiny_model` (`tiny_tokenizer`): random-weight Llama models made locally for tests and benchmarks.
+
+Importing the package imports nothing: `cpu_compat`'s `sitecustomize` loads it in every worker process.
+"""

@@ -113,9 +113,7 @@ class FakeGateway:
                 return httpx.Response(200, json=self.sessions[session_id])
             if len(parts) == 3 and method == "DELETE":
                 del self.sessions[session_id]
-                return httpx.Response(
-                    200, json={"id": session_id, "object": "session.deleted", "deleted": True}
-                )
+                return httpx.Response(200, json={"id": session_id, "object": "session.deleted", "deleted": True})
             if parts[3:] == ["messages"]:
                 return httpx.Response(200, json={"object": "list", "data": self.context[session_id]})
             if parts[3:] == ["turns"]:
@@ -190,9 +188,7 @@ class FakeGateway:
         events = self._chunks(body, message, finish, usage, gateway, turn_id)
         headers["content-type"] = "text/event-stream"
         if self.stream_failure == "error_event":
-            error = {
-                "error": {"message": "worker crashed", "type": "server_error", "param": None, "code": "x"}
-            }
+            error = {"error": {"message": "worker crashed", "type": "server_error", "param": None, "code": "x"}}
             events = [*events[:2], error]
         sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
         if self.stream_failure == "read_error":
@@ -216,9 +212,7 @@ class FakeGateway:
         for index, call in enumerate(message.get("tool_calls", [])):
             args = call["function"]["arguments"]
             head = {"index": index, "id": call["id"], "type": "function"}
-            deltas.append(
-                {"tool_calls": [head | {"function": {"name": call["function"]["name"], "arguments": ""}}]}
-            )
+            deltas.append({"tool_calls": [head | {"function": {"name": call["function"]["name"], "arguments": ""}}]})
             half = len(args) // 2
             deltas += [
                 {"tool_calls": [{"index": index, "function": {"arguments": part}}]}
@@ -310,7 +304,5 @@ async def aclient(gateway: FakeGateway, sleeps: list[float]) -> AsyncIterator[As
     async def sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
-    async with AsyncSessionGate(
-        base_url=BASE_URL, transport=gateway.async_transport(), sleep=sleep
-    ) as async_client:
+    async with AsyncSessionGate(base_url=BASE_URL, transport=gateway.async_transport(), sleep=sleep) as async_client:
         yield async_client

@@ -43,9 +43,7 @@ async def test_async_session_lifecycle_and_history(aclient: AsyncSessionGate, ga
 
 
 @pytest.mark.anyio
-async def test_async_retries_and_errors(
-    aclient: AsyncSessionGate, gateway: FakeGateway, sleeps: list[float]
-) -> None:
+async def test_async_retries_and_errors(aclient: AsyncSessionGate, gateway: FakeGateway, sleeps: list[float]) -> None:
     session = await aclient.sessions.create()
     gateway.script(gateway.error_response(429, "slow down", **{"retry-after": "2"}))
     await session.chat(HI)
@@ -67,9 +65,7 @@ async def test_async_retries_and_errors(
 
 
 @pytest.mark.anyio
-async def test_async_settings_and_injected_client(
-    monkeypatch: pytest.MonkeyPatch, gateway: FakeGateway
-) -> None:
+async def test_async_settings_and_injected_client(monkeypatch: pytest.MonkeyPatch, gateway: FakeGateway) -> None:
     monkeypatch.setenv("SESSIONGATE_BASE_URL", gateway.base_url)
     monkeypatch.setenv("SESSIONGATE_API_KEY", "sk-async")
     gateway.api_key = "sk-async"

@@ -48,9 +48,7 @@ def test_api_key_from_env_is_sent_as_bearer(monkeypatch: pytest.MonkeyPatch, gat
 
 def test_session_lifecycle(client: SessionGate, gateway: FakeGateway) -> None:
     session = client.sessions.create(session_id="sess_a", priority=3, metadata={"app": "test"})
-    assert gateway.bodies("/v1/sessions") == [
-        {"session_id": "sess_a", "priority": 3, "metadata": {"app": "test"}}
-    ]
+    assert gateway.bodies("/v1/sessions") == [{"session_id": "sess_a", "priority": 3, "metadata": {"app": "test"}}]
     assert session.id == "sess_a"
     assert (session.info.priority, session.info.metadata, session.info.state) == (
         3,

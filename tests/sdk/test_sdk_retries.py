@@ -19,9 +19,7 @@ if TYPE_CHECKING:
 HI = [{"role": "user", "content": "hi"}]
 
 
-def test_503_then_200_succeeds_with_two_calls(
-    client: SessionGate, gateway: FakeGateway, sleeps: list[float]
-) -> None:
+def test_503_then_200_succeeds_with_two_calls(client: SessionGate, gateway: FakeGateway, sleeps: list[float]) -> None:
     session = client.sessions.create()
     gateway.script(gateway.error_response(503, "overloaded", type_="server_error"))
     reply = session.chat(HI)
@@ -36,9 +34,7 @@ def test_503_then_200_succeeds_with_two_calls(
     assert session.messages == [*HI, {"role": "assistant", "content": gateway.default_reply}]
 
 
-def test_429_retry_after_seconds_is_honoured(
-    client: SessionGate, gateway: FakeGateway, sleeps: list[float]
-) -> None:
+def test_429_retry_after_seconds_is_honoured(client: SessionGate, gateway: FakeGateway, sleeps: list[float]) -> None:
     gateway.script(gateway.error_response(429, "slow down", **{"retry-after": "2"}))
     client.sessions.list()
     assert sleeps == [2.0]
@@ -57,13 +53,9 @@ def test_retry_after_ms_wins_and_long_retry_after_is_capped(
     assert 0.75 <= sleeps[1] <= 1.0  # an hour is ignored: the backoff for the second retry is used
 
 
-def test_backoff_grows_exponentially_with_jitter_and_caps_at_8s(
-    gateway: FakeGateway, sleeps: list[float]
-) -> None:
+def test_backoff_grows_exponentially_with_jitter_and_caps_at_8s(gateway: FakeGateway, sleeps: list[float]) -> None:
     gateway.script(*[gateway.error_response(500, "boom") for _ in range(6)])
-    client = SessionGate(
-        base_url=gateway.base_url, transport=gateway.transport(), max_retries=6, sleep=sleeps.append
-    )
+    client = SessionGate(base_url=gateway.base_url, transport=gateway.transport(), max_retries=6, sleep=sleeps.append)
     with client:
         client.sessions.list()
     caps = [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
@@ -121,9 +113,7 @@ def test_timeouts_raise_api_timeout_error(client: SessionGate, gateway: FakeGate
 
 def test_max_retries_zero_disables_retries(gateway: FakeGateway, sleeps: list[float]) -> None:
     gateway.script(gateway.error_response(503, "down"))
-    client = SessionGate(
-        base_url=gateway.base_url, transport=gateway.transport(), max_retries=0, sleep=sleeps.append
-    )
+    client = SessionGate(base_url=gateway.base_url, transport=gateway.transport(), max_retries=0, sleep=sleeps.append)
     with client, pytest.raises(sdk.InternalServerError):
         client.sessions.list()
     assert (len(gateway.requests), sleeps) == (1, [])

@@ -90,9 +90,7 @@ def test_error_event_raises_api_error_and_keeps_history(client: SessionGate, gat
     assert session.messages == []
 
 
-def test_stream_cut_off_mid_way_is_not_retried(
-    client: SessionGate, gateway: FakeGateway, sleeps: list[float]
-) -> None:
+def test_stream_cut_off_mid_way_is_not_retried(client: SessionGate, gateway: FakeGateway, sleeps: list[float]) -> None:
     session = client.sessions.create()
     gateway.stream_failure = "read_error"
     stream = session.chat(HI, stream=True)
@@ -150,9 +148,7 @@ def test_sse_decoder_follows_the_event_stream_rules() -> None:
 
 
 @pytest.mark.anyio
-async def test_async_stream_assembles_and_keeps_history(
-    aclient: AsyncSessionGate, gateway: FakeGateway
-) -> None:
+async def test_async_stream_assembles_and_keeps_history(aclient: AsyncSessionGate, gateway: FakeGateway) -> None:
     gateway.reply_tool_calls = CALLS
     session = await aclient.sessions.create()
     async with await session.chat(HI, stream=True) as stream:
@@ -170,9 +166,7 @@ async def test_async_stream_assembles_and_keeps_history(
 
 
 @pytest.mark.anyio
-async def test_async_stream_failures(
-    aclient: AsyncSessionGate, gateway: FakeGateway, sleeps: list[float]
-) -> None:
+async def test_async_stream_failures(aclient: AsyncSessionGate, gateway: FakeGateway, sleeps: list[float]) -> None:
     session = await aclient.sessions.create()
     gateway.stream_failure = "error_event"
     stream = await session.chat(HI, stream=True)

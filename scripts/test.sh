@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command: set up .venv if needed, then lint, type-check and run the whole test suite.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -m "not engine"` to skip the real-engine tests).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+cd "$root"
+py=.venv/bin
+echo "[test] ruff"
+"$py/ruff" check .
+"$py/ruff" format --check .
+echo "[test] mypy (strict)"
+"$py/mypy"
+echo "[test] pytest"
+"$py/pytest" "$@"

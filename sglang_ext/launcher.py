@@ -1,0 +1,230 @@
+"""Start, watch and stop a real SGLang server with the sessiongate extension loaded.
+
+- `build_command(config)`: the `python -m sglang.launch_server ...` command line;
+- `build_env(config, environ)`: its environment (on a machine without CUDA: the CPU engine and
+  sessiongate's compatibility layer on PYTHONPATH, see `sglang_ext.cpu_compat`);
+- `start_worker(config)`: makes the tiny model if none is given, starts the server in its own
+  process group and returns a `WorkerProcess` (`url`, `wait_ready()`, `stop()`);
+- `worker_main(argv)`: the `sessiongate worker` command - runs one worker in the foreground and
+  stops it cleanly on SIGINT/SIGTERM.
+
+The extension itself is loaded by SGLang through its plug-in entry point (`sglang_ext.plugin`);
+the launcher imports nothing of SGLang or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from sglang_ext.cpu_compat import SITE_DIR
+from sglang_ext.hardware import has_cuda
+from sglang_ext.plugin import TINY_TOOL_CALL_PARSER
+from sglang_ext.tiny_model import is_complete
+from sglang_ext.worker_config import WorkerConfig, parse_worker_config
+from sglang_ext.worker_process import WorkerProcess, WorkerStartError
+
+__all__ = [
+    "WorkerConfig",
+    "WorkerProcess",
+    "WorkerStartError",
+    "build_command",
+    "build_env",
+    "resolve_config",
+    "start_worker",
+    "worker_main",
+]
+
+# SGLang's file backend reads its directory from this variable before anything else: one left in
+# the environment would silently point a worker away from its configured pool.
+_FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+
+
+def resolve_config(config: WorkerConfig) -> WorkerConfig:
+    """Decide `device="auto"` (once: it runs `nvidia-smi`) and make relative paths absolute."""
+    device = config.device
+    if device == "auto":
+        device = "cuda" if has_cuda() else "cpu"
+    return dataclasses.replace(
+        config,
+        device=device,
+        state_dir=config.state_dir.resolve(),
+        # A hub id stays as given; a local directory becomes absolute.
+        model_path=(
+            config.model_path.resolve() if config.model_path and config.model_path.exists() else config.model_path
+        ),
+        pool_dir=config.effective_pool_dir.resolve(),
+        log_file=config.effective_log_file.resolve(),
+    )
+
+
+def _on_cpu(config: WorkerConfig) -> bool:
+    return config.device == "cpu" or (config.device == "auto" and not has_cuda())
+
+
+def _tiny_model_dir(config: WorkerConfig) -> Path:
+    return config.state_dir / "models" / config.model_size
+
+
+def build_command(config: WorkerConfig) -> list[str]:
+    """The SGLang server command line for `config` (run it with `build_env`'s environment)."""
+    on_cpu = _on_cpu(config)
+    model_path = config.model_path if config.model_path is not None else _tiny_model_dir(config)
+    command = [
+        config.python or sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model_path),
+        "--host",
+        config.host,
+        "--port",
+        str(config.port),
+        "--dtype",
+        config.dtype or ("float32" if on_cpu else "auto"),
+        "--max-total-tokens",
+        str(config.max_total_tokens),
+        "--page-size",
+        str(config.page_size),
+        "--max-running-requests",
+        str(config.max_running_requests),
+        "--chunked-prefill-size",
+        str(config.chunked_prefill_size),
+        "--log-level",
+        config.log_level,
+        "--enable-cache-report",
+        "--enable-metrics",
+    ]
+    if config.served_model_name is not None:
+        command += ["--served-model-name", config.served_model_name]
+    if config.model_path is None:
+        # The tiny random-weight models: their chat template's tool-call format, and forced calls
+        # in compact JSON, which such a model ends instead of padding with whitespace.
+        parser = config.tool_call_parser or TINY_TOOL_CALL_PARSER
+        command += ["--tool-call-parser", parser, "--constrained-json-disable-any-whitespace"]
+    elif config.tool_call_parser is not None:
+        command += ["--tool-call-parser", config.tool_call_parser]
+    if on_cpu:
+        command += ["--device", "cpu", "--attention-backend", "torch_native"]
+    if config.hierarchical_cache:
+        command += [
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            str(config.hicache_ratio),
+            "--hicache-write-policy",
+            "write_through",
+        ]
+        io_backend = config.hicache_io_backend or ("direct" if on_cpu else None)
+        if io_backend is not None:
+            command += ["--hicache-io-backend", io_backend]
+        if config.storage_backend is not None:
+            command += [
+                "--hicache-storage-backend",
+                config.storage_backend,
+                "--hicache-storage-prefetch-policy",
+                config.prefetch_policy,
+            ]
+            extra: dict[str, object] = {}
+            if config.storage_backend == "file":
+                extra["file_storage_path"] = str(config.effective_pool_dir)
+            if config.prefetch_threshold is not None:
+                extra["prefetch_threshold"] = config.prefetch_threshold
+            if extra:
+                command += ["--hicache-storage-backend-extra-config", json.dumps(extra, sort_keys=True)]
+    return command + list(config.extra_args)
+
+
+def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The server's environment: `environ` plus what the worker needs on this machine."""
+    env = dict(environ)
+    env.pop(_FILE_BACKEND_DIR_ENV, None)
+    if _on_cpu(config):
+        # Without it SGLang takes its CUDA paths (and fails importing vllm's rotary op).
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        pythonpath = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + pythonpath if pythonpath else "")
+    return env
+
+
+def _ensure_model(config: WorkerConfig, env: Mapping[str, str]) -> None:
+    """Make the tiny model when none is configured, in a child process with the worker's environment."""
+    if config.model_path is not None:
+        return
+    directory = _tiny_model_dir(config)
+    if is_complete(directory):
+        return
+    command = [config.python or sys.executable, "-m", "sglang_ext.tiny_model", str(directory)]
+    made = subprocess.run(
+        [*command, "--size", config.model_size], env=dict(env), capture_output=True, text=True, check=False
+    )
+    if made.returncode != 0:
+        raise WorkerStartError(f"making the {config.model_size} model in {directory} failed:\n{made.stderr[-4000:]}")
+
+
+def start_worker(config: WorkerConfig) -> WorkerProcess:
+    """Start the SGLang server for `config` in its own process group; call `wait_ready()` next."""
+    config = resolve_config(config)
+    env = build_env(config, os.environ)
+    _ensure_model(config, env)
+    log_file = config.effective_log_file
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    config.effective_pool_dir.mkdir(parents=True, exist_ok=True)
+    command = build_command(config)
+    with log_file.open("ab") as log:
+        log.write(f"\n=== sessiongate: starting {' '.join(command)}\n".encode())
+        log.flush()
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return WorkerProcess(config=config, process=process, log_file=log_file)
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """`sessiongate worker [flags] [-- sglang args]`: run one worker until SIGINT/SIGTERM.
+
+    `argv` defaults to `sys.argv[1:]`. Returns 0 after a requested stop, 1 when the worker could
+    not start, or SGLang's exit code when it ended on its own.
+    """
+    config = parse_worker_config(sys.argv[1:] if argv is None else argv, os.environ)
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop_requested.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run_in_foreground(config, stop_requested)
+    except WorkerStartError as error:
+        print(f"sessiongate worker: {error}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_in_foreground(config: WorkerConfig, stop_requested: threading.Event) -> int:
+    worker = start_worker(config)
+    try:
+        print(f"sessiongate worker: starting {worker.url} (log: {worker.log_file})", file=sys.stderr)
+        worker.wait_ready(timeout=600.0, cancel=stop_requested)
+        if not stop_requested.is_set():
+            print(f"sessiongate worker: ready at {worker.url} (pid {worker.pid})", file=sys.stderr)
+        while not stop_requested.wait(0.5):
+            if worker.process.poll() is not None:
+                print(f"sessiongate worker: SGLang exited ({worker.process.returncode})", file=sys.stderr)
+                return worker.process.returncode or 1
+        return 0
+    finally:
+        worker.stop()

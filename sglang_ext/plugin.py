@@ -1,0 +1,61 @@
+"""SGLang plug-in entry point: what sessiongate adds to each SGLang worker process.
+
+Declared in pyproject.toml as `[project.entry-points."sglang.srt.plugins"] sessiongate =
+"sglang_ext.plugin:load_plugin"`. SGLang 0.5.23 (`sglang/srt/plugins/__init__.py`,
+`load_plugins()`) calls `load_plugin()` with no arguments, once per process, early in the HTTP
+server process (`launch_server`, `Engine`), in each scheduler, in the detokenizer and in the
+data-parallel controller; it then applies the hooks registered with its `HookRegistry`. An
+exception here is logged by SGLang and the server starts without the extension, so the
+endpoints answering is the proof that it loaded.
+
+What it adds:
+- in every process: the tool-call parser `TINY_TOOL_CALL_PARSER` (Qwen2.5's format, with forced
+  calls constrained by JSON schema; see `sglang_internals.register_json_required_tool_parser`),
+  which the launcher selects for the tiny random-weight models;
+- in the HTTP server process: `GET /sessiongate/v1/info` (`WorkerInfo`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import multiprocessing
+
+from sglang_ext import sglang_internals
+from sglang_ext.cpu_compat import active_hooks
+from sglang_ext.protocol import INFO_PATH, WorkerInfo
+
+__all__ = ["TINY_TOOL_CALL_PARSER", "load_plugin", "worker_info"]
+
+TINY_TOOL_CALL_PARSER = "sessiongate-json"
+
+
+def _is_http_server_process() -> bool:
+    # SGLang starts its schedulers and detokenizer with multiprocessing; the process that serves
+    # HTTP is the one the launcher started, which has no multiprocessing parent.
+    return multiprocessing.parent_process() is None
+
+
+def worker_info() -> WorkerInfo:
+    facts = sglang_internals.server_facts()
+    return WorkerInfo(
+        version=importlib.metadata.version("sessiongate"),
+        sglang_version=sglang_internals.installed_sglang_version(),
+        cpu_compat=active_hooks() is not None,
+        model_path=facts.model_path,
+        served_model_name=facts.served_model_name,
+        page_size=facts.page_size,
+        hierarchical_cache=facts.hierarchical_cache,
+        storage_backend=facts.storage_backend,
+    )
+
+
+async def _info_endpoint() -> dict[str, object]:
+    return worker_info().model_dump(mode="json")
+
+
+def load_plugin() -> None:
+    """Called by SGLang's plug-in loader in every process of a worker."""
+    sglang_internals.require_supported_version()
+    sglang_internals.register_json_required_tool_parser(TINY_TOOL_CALL_PARSER)
+    if _is_http_server_process():
+        sglang_internals.add_http_get_route(INFO_PATH, _info_endpoint)

@@ -1,0 +1,171 @@
+"""The settings of one SGLang worker started by sessiongate, and how they are read from a CLI.
+
+`WorkerConfig` is the single source of each default. `parse_worker_config(argv, environ)` builds
+one from command-line flags, each of which falls back to an environment variable
+`SESSIONGATE_WORKER_<FIELD>` and then to the field's default (flag > environment > default).
+Arguments after a bare `--` (or in `SESSIONGATE_WORKER_EXTRA_ARGS`, shell-quoted) are passed to
+SGLang unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["ENV_PREFIX", "WorkerConfig", "parse_worker_config"]
+
+ENV_PREFIX = "SESSIONGATE_WORKER_"
+
+Device = Literal["auto", "cpu", "cuda"]
+ModelSize = Literal["tiny", "medium"]
+PrefetchPolicy = Literal["best_effort", "wait_complete", "timeout"]
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """One SGLang worker: model, address, KV cache tiers, and where its files go."""
+
+    model_path: Path | None = None
+    """A model directory or hub id; None makes the random-weight `model_size` model under `state_dir`."""
+    model_size: ModelSize = "tiny"
+    state_dir: Path = Path(".sessiongate")
+    """Made models, the default pool directory and the default log files live here."""
+    host: str = "127.0.0.1"
+    port: int = 30000
+    device: Device = "auto"
+    """`auto`: CUDA when `nvidia-smi` lists a GPU, else CPU with the compatibility layer."""
+    dtype: str | None = None
+    """SGLang's `--dtype`; None: `float32` on CPU (AVX2 has no fast fp16/bf16 matmul: 2k-token prefill
+    of the medium model took 9.3 s in float16, 1.2 s in float32), `auto` on GPU."""
+    max_total_tokens: int = 4096
+    """Device KV pool size in tokens; always passed (without it SGLang sizes the pool from free memory)."""
+    page_size: int = 64
+    max_running_requests: int = 8
+    chunked_prefill_size: int = 1024
+    served_model_name: str | None = None
+    hierarchical_cache: bool = True
+    """HiCache: a host-memory tier under the device pool, written through, and the L3 storage below."""
+    hicache_ratio: float = 2.0
+    """Host pool size as a multiple of the device pool."""
+    hicache_io_backend: str | None = None
+    """None: `direct` on CPU (the only one without CUDA kernels), SGLang's default on GPU."""
+    storage_backend: str | None = "file"
+    """HiCache L3 backend shared by the workers (`file` uses `pool_dir`); None for no L3."""
+    pool_dir: Path | None = None
+    """The `file` backend's directory, shared by all local workers; None: `<state_dir>/kv-pool`."""
+    prefetch_policy: PrefetchPolicy = "wait_complete"
+    prefetch_threshold: int | None = None
+    """Fewest tokens worth a prefetch from L3; None keeps SGLang's default (256)."""
+    tool_call_parser: str | None = None
+    """SGLang's `--tool-call-parser`; None: `sessiongate-json` for the tiny models, none otherwise."""
+    log_file: Path | None = None
+    """None: `<state_dir>/logs/worker-<port>.log`."""
+    log_level: str = "info"
+    python: str | None = None
+    """The interpreter that runs SGLang; None: this one."""
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def effective_pool_dir(self) -> Path:
+        return self.pool_dir if self.pool_dir is not None else self.state_dir / "kv-pool"
+
+    @property
+    def effective_log_file(self) -> Path:
+        return self.log_file if self.log_file is not None else self.state_dir / "logs" / f"worker-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def _optional(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("", "none") else convert(text)
+
+    return parse
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+# Field -> how its text is read; the field's type decides, so a new field needs a line here.
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "model_path": _optional(Path),
+    "model_size": str,
+    "state_dir": Path,
+    "host": str,
+    "port": int,
+    "device": str,
+    "dtype": _optional(str),
+    "max_total_tokens": int,
+    "page_size": int,
+    "max_running_requests": int,
+    "chunked_prefill_size": int,
+    "served_model_name": _optional(str),
+    "hierarchical_cache": _boolean,
+    "hicache_ratio": float,
+    "hicache_io_backend": _optional(str),
+    "storage_backend": _optional(str),
+    "pool_dir": _optional(Path),
+    "prefetch_policy": str,
+    "prefetch_threshold": _optional(int),
+    "tool_call_parser": _optional(str),
+    "log_file": _optional(Path),
+    "log_level": str,
+    "python": _optional(str),
+}
+_CHOICES: dict[str, Sequence[str]] = {
+    "model_size": ("tiny", "medium"),
+    "device": ("auto", "cpu", "cuda"),
+    "prefetch_policy": ("best_effort", "wait_complete", "timeout"),
+}
+
+
+def _build_parser(environ: Mapping[str, str], prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run one SGLang worker with the sessiongate extension, in the foreground.",
+        epilog=f"Each flag defaults to ${ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT). "
+        "Arguments after `--` go to SGLang unchanged.",
+    )
+    for field in dataclasses.fields(WorkerConfig):
+        if field.name == "extra_args":
+            continue
+        convert = _CONVERTERS[field.name]
+        env_name = ENV_PREFIX + field.name.upper()
+        default = convert(environ[env_name]) if env_name in environ else field.default
+        parser.add_argument(
+            "--" + field.name.replace("_", "-"),
+            dest=field.name,
+            type=convert,
+            default=default,
+            choices=_CHOICES.get(field.name),
+            metavar=field.name.upper(),
+            help=f"(default: {default}; env {env_name})",
+        )
+    return parser
+
+
+def parse_worker_config(
+    argv: Sequence[str], environ: Mapping[str, str], prog: str = "sessiongate worker"
+) -> WorkerConfig:
+    """Flags > `SESSIONGATE_WORKER_*` environment > `WorkerConfig` defaults."""
+    args = list(argv)
+    extra: list[str] = shlex.split(environ.get(ENV_PREFIX + "EXTRA_ARGS", ""))
+    if "--" in args:
+        split = args.index("--")
+        args, extra = args[:split], args[split + 1 :]
+    namespace = _build_parser(environ, prog).parse_args(args)
+    return WorkerConfig(**vars(namespace), extra_args=tuple(extra))

@@ -1,0 +1,67 @@
+"""Fixtures for the SGLang-extension tests: the CPU compatibility layer in-process, a tiny model."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sglang_ext.cpu_compat import activate
+from sglang_ext.hardware import has_cuda
+from sglang_ext.tiny_model import make_model
+
+# Warnings that importing torch/transformers/SGLang raises in-process, none ours to fix: SGLang
+# says AWQ/GGUF need CUDA, torch.utils.mkldnn uses the deprecated torch.jit.script_method, and a
+# SWIG-built extension has types without __module__.
+THIRD_PARTY_IMPORT_WARNINGS = (
+    "ignore:Only CUDA:UserWarning",
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+    "ignore:builtin type [Ss]wig:DeprecationWarning",
+    "ignore:builtin type swigvarlink:DeprecationWarning",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that import the worker stack in-process (they use `cpu_compat`) tolerate its warnings."""
+    for item in items:
+        if "cpu_compat" in getattr(item, "fixturenames", ()):
+            for spec in THIRD_PARTY_IMPORT_WARNINGS:
+                item.add_marker(pytest.mark.filterwarnings(spec))
+
+
+@pytest.fixture(scope="session")
+def cpu_compat() -> bool:
+    """Make torch, torchvision and transformers importable here; True when the layer is in use.
+
+    Only the torch/torchvision fixes: tests that compare against SGLang's own code need it unpatched.
+    """
+    if has_cuda():
+        return False
+    activate(patch_sglang=False)
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def free_ports() -> Callable[[], int]:
+    """Call it for a TCP port that is free on 127.0.0.1 right now."""
+    return free_port
+
+
+@pytest.fixture(scope="session")
+def worker_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One state directory for the real workers of a test session: the tiny model is made once."""
+    return tmp_path_factory.mktemp("worker-state")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, cpu_compat: bool) -> Path:
+    return make_model(tmp_path_factory.mktemp("models") / "tiny", "tiny")

@@ -1,0 +1,127 @@
+"""The worker launcher's command line, environment and CLI settings (no server started)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sglang_ext.cpu_compat import SITE_DIR
+from sglang_ext.hardware import has_cuda
+from sglang_ext.launcher import build_command, build_env, resolve_config
+from sglang_ext.plugin import TINY_TOOL_CALL_PARSER
+from sglang_ext.worker_config import WorkerConfig, parse_worker_config
+
+
+def flag_value(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+@pytest.fixture
+def cpu_config(tmp_path: Path) -> WorkerConfig:
+    return WorkerConfig(state_dir=tmp_path, port=31234, device="cpu")
+
+
+def test_cpu_command_has_the_cpu_flags_and_hicache(cpu_config: WorkerConfig, tmp_path: Path) -> None:
+    command = build_command(cpu_config)
+    assert command[1:3] == ["-m", "sglang.launch_server"]
+    assert flag_value(command, "--device") == "cpu"
+    assert flag_value(command, "--attention-backend") == "torch_native"
+    assert flag_value(command, "--model-path") == str(tmp_path / "models" / "tiny")
+    assert flag_value(command, "--max-total-tokens") == "4096"
+    assert flag_value(command, "--dtype") == "float32"
+    assert flag_value(command, "--port") == "31234"
+    for flag in ("--enable-hierarchical-cache", "--enable-cache-report", "--enable-metrics"):
+        assert flag in command
+    assert flag_value(command, "--hicache-write-policy") == "write_through"
+    assert flag_value(command, "--hicache-io-backend") == "direct"
+    assert flag_value(command, "--hicache-storage-backend") == "file"
+    assert flag_value(command, "--hicache-storage-prefetch-policy") == "wait_complete"
+    extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
+    assert extra == {"file_storage_path": str(tmp_path / "kv-pool")}
+    assert flag_value(command, "--tool-call-parser") == TINY_TOOL_CALL_PARSER
+    assert "--constrained-json-disable-any-whitespace" in command
+
+
+def test_cpu_env_has_the_cpu_engine_and_the_compat_site_first(cpu_config: WorkerConfig) -> None:
+    environ = {"PATH": "/usr/bin", "PYTHONPATH": "/elsewhere", "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": "/tmp/x"}
+    env = build_env(cpu_config, environ)
+    assert env["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert env["PYTHONPATH"] == f"{SITE_DIR}{os.pathsep}/elsewhere"
+    assert (SITE_DIR / "sitecustomize.py").is_file()
+    assert (SITE_DIR / "sgl_kernel" / "__init__.py").is_file()
+    # SGLang's file backend would prefer this variable over the configured pool directory.
+    assert "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR" not in env
+    assert environ["PYTHONPATH"] == "/elsewhere"  # the caller's mapping is left alone
+
+
+@pytest.mark.skipif(has_cuda(), reason="checks the defaults on a machine without CUDA")
+def test_defaults_on_this_machine_pick_the_cpu_path(tmp_path: Path) -> None:
+    config = WorkerConfig(state_dir=tmp_path)
+    assert "--attention-backend" in build_command(config)
+    assert build_env(config, {})["PYTHONPATH"] == str(SITE_DIR)
+    assert resolve_config(config).device == "cpu"
+
+
+def test_cuda_command_and_env_leave_sglang_alone(tmp_path: Path) -> None:
+    config = WorkerConfig(state_dir=tmp_path, device="cuda", model_path=Path("org/model"), tool_call_parser="qwen25")
+    command = build_command(config)
+    assert "--device" not in command
+    assert "--attention-backend" not in command
+    assert "--hicache-io-backend" not in command
+    assert flag_value(command, "--model-path") == "org/model"
+    assert flag_value(command, "--dtype") == "auto"
+    assert flag_value(command, "--tool-call-parser") == "qwen25"
+    assert "--constrained-json-disable-any-whitespace" not in command
+    env = build_env(config, {"PATH": "/usr/bin"})
+    assert env == {"PATH": "/usr/bin"}
+
+
+def test_options_reach_the_command(tmp_path: Path) -> None:
+    config = WorkerConfig(
+        state_dir=tmp_path,
+        device="cpu",
+        pool_dir=tmp_path / "pool",
+        prefetch_threshold=64,
+        page_size=16,
+        served_model_name="tiny",
+        extra_args=("--enable-priority-scheduling",),
+    )
+    command = build_command(config)
+    assert json.loads(flag_value(command, "--hicache-storage-backend-extra-config")) == {
+        "file_storage_path": str(tmp_path / "pool"),
+        "prefetch_threshold": 64,
+    }
+    assert flag_value(command, "--page-size") == "16"
+    assert flag_value(command, "--served-model-name") == "tiny"
+    assert command[-1] == "--enable-priority-scheduling"
+    no_l3 = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", storage_backend=None))
+    assert "--hicache-storage-backend" not in no_l3
+    assert "--enable-hierarchical-cache" in no_l3
+    no_hicache = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", hierarchical_cache=False))
+    assert "--enable-hierarchical-cache" not in no_hicache
+    assert "--hicache-storage-backend" not in no_hicache
+
+
+def test_cli_flags_beat_environment_beat_defaults(tmp_path: Path) -> None:
+    environ = {
+        "SESSIONGATE_WORKER_PORT": "31001",
+        "SESSIONGATE_WORKER_PAGE_SIZE": "32",
+        "SESSIONGATE_WORKER_HIERARCHICAL_CACHE": "false",
+        "SESSIONGATE_WORKER_EXTRA_ARGS": "--schedule-policy lpm",
+    }
+    config = parse_worker_config(["--port", "31002", "--pool-dir", str(tmp_path)], environ)
+    assert config.port == 31002  # flag
+    assert config.page_size == 32  # environment
+    assert config.hierarchical_cache is False
+    assert config.pool_dir == tmp_path
+    assert config.max_total_tokens == WorkerConfig().max_total_tokens  # default
+    assert config.extra_args == ("--schedule-policy", "lpm")
+    passthrough = parse_worker_config(["--model-size", "medium", "--", "--enable-metrics-for-all-schedulers"], environ)
+    assert passthrough.model_size == "medium"
+    assert passthrough.extra_args == ("--enable-metrics-for-all-schedulers",)
+    assert parse_worker_config(["--model-path", "none"], {}).model_path is None
+    with pytest.raises(SystemExit):
+        parse_worker_config(["--device", "tpu"], {})
