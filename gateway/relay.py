@@ -146,6 +146,8 @@ class _RelayResponse(Response):
             media_type=self.media_type,
             headers={**relay.ctx.headers(), "cache-control": "no-cache"},
         )
+        # The body is streamed (chunked): drop the `content-length: 0` that Response derives from no content.
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self.relay = relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

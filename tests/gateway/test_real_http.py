@@ -1,0 +1,113 @@
+"""The gateway and a fake worker behind real sockets (uvicorn): what only a real HTTP server shows.
+
+Chunked streaming with correct framing, chunks relayed as they come rather than buffered, and a client that
+hangs up mid-stream being recorded as a cancelled turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+
+pytestmark = pytest.mark.anyio
+
+USER = {"role": "user", "content": "one two three four five six seven eight nine ten"}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.asynccontextmanager
+async def _serve(app: Any) -> AsyncIterator[str]:
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[str, FakeWorkerBehaviour]]:
+    behaviour = FakeWorkerBehaviour(token_delay_s=0.05)
+    async with _serve(create_fake_worker(behaviour)) as worker_url:
+        settings = GatewaySettings(workers=(worker_url,), database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}")
+        async with _serve(create_app(settings)) as gateway_url:
+            yield gateway_url, behaviour
+
+
+async def _turns(client: httpx.AsyncClient, session_id: str) -> list[dict[str, Any]]:
+    return list((await client.get(f"/v1/sessions/{session_id}/turns")).json()["data"])
+
+
+async def test_stream_is_chunked_and_relayed_as_it_comes(stack: tuple[str, FakeWorkerBehaviour]) -> None:
+    gateway_url, _ = stack
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30) as client:
+        started = time.perf_counter()
+        arrivals: list[float] = []
+        body = b""
+        async with client.stream(
+            "POST",
+            "/v1/chat/completions",
+            headers={"X-Session-Id": "real-1"},
+            json={"messages": [USER], "stream": True, "max_tokens": 11},
+        ) as response:
+            assert response.status_code == 200
+            assert response.headers.get("transfer-encoding") == "chunked"
+            assert "content-length" not in response.headers
+            async for piece in response.aiter_bytes():
+                arrivals.append(time.perf_counter() - started)
+                body += piece
+        assert body.endswith(b"data: [DONE]\n\n")
+        # The worker spends 50 ms per token: a relay that buffered would deliver everything at the end.
+        assert len(arrivals) > 5
+        assert arrivals[0] < arrivals[-1] / 2
+        (turn,) = await _turns(client, "real-1")
+        assert turn["status"] == "ok"
+
+
+async def test_client_hanging_up_mid_stream_is_recorded_as_cancelled(stack: tuple[str, FakeWorkerBehaviour]) -> None:
+    gateway_url, behaviour = stack
+    behaviour.token_delay_s = 0.2
+    async with httpx.AsyncClient(base_url=gateway_url, timeout=30) as client:
+        async with client.stream(
+            "POST",
+            "/v1/chat/completions",
+            headers={"X-Session-Id": "real-2"},
+            json={"messages": [USER], "stream": True, "max_tokens": 11},
+        ) as response:
+            async for line in response.aiter_lines():
+                if '"content":"echo:"' in line:
+                    break  # leaving the block closes the connection mid-stream
+        for _ in range(100):
+            turns = await _turns(client, "real-2")
+            if turns and turns[0]["status"] != "pending":
+                break
+            await asyncio.sleep(0.05)
+        (turn,) = turns
+        assert turn["status"] == "cancelled"
+        assert turn["input_messages"] == [USER]
+        assert turn["error"]["message"] == "the client disconnected"
