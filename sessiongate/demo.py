@@ -60,6 +60,10 @@ def run_demo(*, base_url: str | None = None, api_key: str | None = None) -> int:
         model = _model(client.base_url, api_key)
         session = client.sessions.create(metadata={"demo": True})
         write(f"session {session.id} (model {model})")
+        write(
+            "(with the generated tiny model the weights are random, so the words are noise; the routing and the "
+            "cache figures below are real)"
+        )
 
         session.messages.append({"role": "system", "content": SYSTEM})
         reply = session.chat(
