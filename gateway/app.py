@@ -94,6 +94,7 @@ def create_app(
                 health_timeout_s=settings.health_timeout_s,
                 unhealthy_after=settings.unhealthy_after,
             )
+            await pool.check_all()  # serve knowing which workers answer
             health = asyncio.create_task(pool.run_health_checks(settings.health_interval_s))
             stack.callback(health.cancel)
             state = GatewayState(

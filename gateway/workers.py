@@ -1,8 +1,8 @@
 """The gateway's view of its SGLang workers: health, draining and requests in flight.
 
 Health comes from two sources: a background loop that polls each worker's `GET /health`, and the requests
-themselves (a worker that refuses a connection is marked down at once). A worker that fails
-`unhealthy_after` checks in a row leaves the routable set and comes back after one good check.
+themselves (a worker that refuses a connection is marked down at once). A worker is routable after one good
+check; one that fails `unhealthy_after` checks in a row leaves the routable set until its next good check.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ class Worker:
 
     id: str
     url: str
-    healthy: bool = True
+    # Not routable until a health check has passed: the lifespan checks every worker before serving.
+    healthy: bool = False
     draining: bool = False
     in_flight: int = 0
     consecutive_failures: int = 0
@@ -100,7 +101,7 @@ class WorkerPool:
             ok, reason = False, f"{type(exc).__name__}: {exc}"
         if ok:
             if not worker.healthy:
-                log.info("worker_up", worker=worker.id)
+                log.info("worker_up", worker=worker.id, url=worker.url)
             worker.healthy, worker.consecutive_failures, worker.last_error = True, 0, None
         else:
             worker.consecutive_failures += 1
@@ -108,13 +109,15 @@ class WorkerPool:
             if worker.healthy and worker.consecutive_failures >= self._unhealthy_after:
                 worker.healthy = False
                 log.warning("worker_down", worker=worker.id, reason=reason)
+            elif not worker.healthy and worker.consecutive_failures == 1:
+                log.warning("worker_not_answering", worker=worker.id, url=worker.url, reason=reason)
         return ok
 
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(w) for w in self._workers.values()))
 
     async def run_health_checks(self, interval_s: float) -> None:
-        """Poll every worker forever; cancelled by the lifespan at shutdown."""
+        """Poll every worker forever (after the lifespan's first round); cancelled at shutdown."""
         while True:
-            await self.check_all()
             await asyncio.sleep(interval_s)
+            await self.check_all()

@@ -35,8 +35,8 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def _serve(app: Any) -> AsyncIterator[str]:
-    port = _free_port()
+async def _serve(app: Any, port: int | None = None) -> AsyncIterator[str]:
+    port = port or _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -111,3 +111,43 @@ async def test_client_hanging_up_mid_stream_is_recorded_as_cancelled(stack: tupl
         assert turn["status"] == "cancelled"
         assert turn["input_messages"] == [USER]
         assert turn["error"]["message"] == "the client disconnected"
+
+
+async def test_worker_that_stops_answering_gives_502_and_leaves_the_pool(tmp_path: Path) -> None:
+    worker_port = _free_port()
+    settings = GatewaySettings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        health_interval_s=3600,
+        workers=(f"http://127.0.0.1:{worker_port}",),
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        worker = _serve(create_fake_worker(FakeWorkerBehaviour()), port=worker_port)
+        await worker.__aenter__()
+        gateway_url = await stack.enter_async_context(_serve(create_app(settings)))
+        client = await stack.enter_async_context(httpx.AsyncClient(base_url=gateway_url, timeout=30))
+        assert (await client.get("/readyz")).status_code == 200
+        await worker.__aexit__(None, None, None)  # the worker goes away: connections are refused from now on
+
+        response = await client.post(
+            "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "gone"}
+        )
+        assert response.status_code == 502
+        assert response.json()["error"]["code"] == "worker_unreachable"
+        (turn,) = await _turns(client, "gone")
+        assert turn["status"] == "failed"
+        assert turn["input_messages"] == [USER]
+        # It left the pool at once: the next turn is refused without trying it, and the gateway is not ready.
+        again = await client.post("/v1/chat/completions", json={"messages": [USER]})
+        assert again.json()["error"]["code"] == "no_healthy_worker"
+        assert (await client.get("/readyz")).status_code == 503
+
+
+async def test_worker_down_at_start_is_not_routable(tmp_path: Path) -> None:
+    settings = GatewaySettings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}", workers=(f"http://127.0.0.1:{_free_port()}",)
+    )
+    async with _serve(create_app(settings)) as gateway_url, httpx.AsyncClient(base_url=gateway_url) as client:
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        response = await client.post("/v1/chat/completions", json={"messages": [USER]})
+        assert response.status_code == 503

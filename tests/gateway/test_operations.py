@@ -1,0 +1,114 @@
+"""Operational endpoints, the session API's own answers, and settings from the environment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gateway.settings import GatewaySettings, SettingsError
+
+from .conftest import Gateway
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_health_readiness_and_models(gateway: Gateway) -> None:
+    assert (await gateway.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await gateway.client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"store": "ok", "workers": "2 of 2 routable"}
+    models = (await gateway.client.get("/v1/models")).json()
+    assert models["object"] == "list"
+    assert [m["id"] for m in models["data"]] == ["fake-model"]
+
+
+async def test_not_ready_without_a_routable_worker(gateway: Gateway) -> None:
+    for worker in gateway.state.workers.workers:
+        worker.draining = True
+    ready = await gateway.client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["workers"] == "0 of 2 routable"
+
+
+async def test_metrics_count_turns_and_cached_prompt_tokens(gateway: Gateway) -> None:
+    messages = [{"role": "user", "content": "count me in please"}]
+    first = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": messages}, headers={"X-Session-Id": "m"}
+    )
+    messages += [first.json()["choices"][0]["message"], {"role": "user", "content": "again"}]
+    await gateway.client.post("/v1/chat/completions", json={"messages": messages}, headers={"X-Session-Id": "m"})
+    text = (await gateway.client.get("/metrics")).text
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and not line.startswith("#")
+    }
+    ok_turns = sum(v for k, v in samples.items() if k.startswith('sessiongate_turns_total{status="ok"'))
+    assert ok_turns == 2
+    assert samples['sessiongate_prompt_tokens_total{source="storage"}'] > 0  # turn 2 came from the shared pool
+    assert samples['sessiongate_worker_healthy{worker="worker-a:30000"}'] == 1
+    assert samples['sessiongate_http_requests_total{route="/v1/chat/completions",status="200"}'] == 2
+
+
+async def test_session_api(gateway: Gateway) -> None:
+    created = await gateway.client.post(
+        "/v1/sessions", json={"session_id": "api-1", "priority": 5, "metadata": {"user": "ada"}}
+    )
+    assert created.status_code == 201
+    assert created.json()["priority"] == 5
+    duplicate = await gateway.client.post("/v1/sessions", json={"session_id": "api-1"})
+    assert duplicate.status_code == 409
+    assert duplicate.headers["x-should-retry"] == "false"
+    generated = (await gateway.client.post("/v1/sessions")).json()["id"]
+    assert generated.startswith("sess_")
+
+    page = (await gateway.client.get("/v1/sessions", params={"limit": 1})).json()
+    assert len(page["data"]) == 1
+    assert page["has_more"] is True
+    rest = (await gateway.client.get("/v1/sessions", params={"after": page["data"][0]["id"]})).json()
+    assert {s["id"] for s in page["data"] + rest["data"]} == {"api-1", generated}
+
+    patched = await gateway.client.patch("/v1/sessions/api-1", json={"priority": -3})
+    assert patched.json()["priority"] == -3
+    assert patched.json()["metadata"] == {"user": "ada"}
+    bad = await gateway.client.patch("/v1/sessions/api-1", json={"priority": "high"})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "priority"
+    assert (await gateway.client.get("/v1/sessions", params={"limit": 0})).status_code == 400
+
+    deleted = await gateway.client.delete("/v1/sessions/api-1")
+    assert deleted.json() == {"id": "api-1", "object": "session.deleted", "deleted": True}
+    assert (await gateway.client.get("/v1/sessions/api-1")).status_code == 404
+
+
+async def test_api_key_when_configured(make_gateway: Callable[..., Any]) -> None:
+    async with make_gateway(api_key="s3cret") as gw:
+        missing = await gw.client.get("/v1/sessions")
+        assert missing.status_code == 401
+        assert missing.json()["error"]["type"] == "authentication_error"
+        wrong = await gw.client.get("/v1/sessions", headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = await gw.client.get("/v1/sessions", headers={"authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert (await gw.client.get("/healthz")).status_code == 200  # probes need no key
+
+
+def test_settings_precedence_and_validation() -> None:
+    env = {
+        "SESSIONGATE_PORT": "9001",
+        "SESSIONGATE_WORKERS": "http://a:1/, http://b:2",
+        "SESSIONGATE_LOG_JSON": "false",
+        "SESSIONGATE_UPSTREAM_READ_TIMEOUT_S": "12.5",
+    }
+    settings = GatewaySettings.from_env(env, port=9002, host=None)
+    assert settings.port == 9002  # a flag beats the environment
+    assert settings.host == "127.0.0.1"  # None means "not given": the default stays
+    assert settings.workers == ("http://a:1", "http://b:2")
+    assert settings.log_json is False
+    assert settings.upstream_read_timeout_s == 12.5
+    with pytest.raises(SettingsError, match="SESSIONGATE_PORT"):
+        GatewaySettings.from_env({"SESSIONGATE_PORT": "eighty"})
+    with pytest.raises(SettingsError, match="not an http"):
+        GatewaySettings.from_env({"SESSIONGATE_WORKERS": "ftp://x"})
+    with pytest.raises(SettingsError, match="SESSIONGATE_LOG_JSON"):
+        GatewaySettings.from_env({"SESSIONGATE_LOG_JSON": "perhaps"})
