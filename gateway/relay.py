@@ -152,6 +152,7 @@ class _RelayResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         client_gone = False
+        recorded = False
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             async with anyio.create_task_group() as group:
@@ -166,8 +167,13 @@ class _RelayResponse(Response):
                 group.start_soon(watch_disconnect)
                 await self.relay.pump(send)
                 group.cancel_scope.cancel()
+            # Record the turn before the stream closes, so a client that reads to the end finds it recorded.
+            with anyio.CancelScope(shield=True):
+                recorded = True
+                await self.relay.finish(client_gone=client_gone)
             if not client_gone:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.relay.finish(client_gone=client_gone)
+            if not recorded:
+                with anyio.CancelScope(shield=True):
+                    await self.relay.finish(client_gone=client_gone)
