@@ -7,13 +7,37 @@ SGLang or torch: pydantic models and path constants only. Every endpoint lives u
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any, Literal
 
-__all__ = ["API_PREFIX", "EXTENSION_NAME", "INFO_PATH", "WorkerInfo"]
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "API_PREFIX",
+    "EXTENSION_NAME",
+    "INFO_PATH",
+    "LOAD_PATH",
+    "PREFETCH_PATH",
+    "SESSIONS_PATH",
+    "KVOpResult",
+    "LoadReport",
+    "PrefetchAccepted",
+    "PrefetchRequest",
+    "PrefetchState",
+    "PrefetchStatus",
+    "SessionKVRequest",
+    "WorkerInfo",
+]
 
 EXTENSION_NAME = "sessiongate"
 API_PREFIX = "/sessiongate/v1"
 INFO_PATH = f"{API_PREFIX}/info"
+LOAD_PATH = f"{API_PREFIX}/load"
+# POST starts one; GET/DELETE `{PREFETCH_PATH}/{prefetch_id}` read its status / cancel it.
+PREFETCH_PATH = f"{API_PREFIX}/prefetch"
+# POST `{SESSIONS_PATH}/{session_id}/retain` and `.../drop`: the application decides the fate of its KV.
+SESSIONS_PATH = f"{API_PREFIX}/sessions"
+
+_WIRE = ConfigDict(frozen=True, extra="forbid")
 
 
 class WorkerInfo(BaseModel):
@@ -34,3 +58,113 @@ class WorkerInfo(BaseModel):
     hierarchical_cache: bool
     storage_backend: str | None = None
     """SGLang's HiCache L3 backend (`file`, `mooncake`, ...), None without one."""
+
+
+class LoadReport(BaseModel):
+    """`GET /sessiongate/v1/load`: what the router needs to know, cheap enough to poll every 100-500 ms."""
+
+    model_config = _WIRE
+
+    at: float
+    """The worker's clock (Unix seconds) when the report was made."""
+    running_requests: int
+    queued_requests: int
+    device_kv_tokens_total: int
+    device_kv_tokens_used: int
+    host_kv_tokens_total: int | None = None
+    host_kv_tokens_used: int | None = None
+    prefetches_in_flight: int = 0
+    prefill_tokens_per_s: float
+    """Recent prefill throughput (tokens computed, cache hits excluded), over a short window."""
+    decode_tokens_per_s: float
+    """Recent decode throughput (tokens generated), over a short window."""
+    page_size: int
+
+
+class _Context(BaseModel):
+    """A session's context as chat messages (rendered by the worker's own chat template, so the keys equal
+    those of the real request) or as token ids."""
+
+    model_config = _WIRE
+
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    input_ids: list[int] | None = None
+    cache_salt: str | None = None
+    """Per-tenant salt, part of every KV key: one tenant's KV never serves another's prompt."""
+
+    @model_validator(mode="after")
+    def _one_context(self) -> _Context:
+        if (self.messages is None) == (self.input_ids is None):
+            raise ValueError("give exactly one of 'messages' and 'input_ids'")
+        if self.messages is not None and not self.messages:
+            raise ValueError("'messages' is empty")
+        if self.input_ids is not None and not self.input_ids:
+            raise ValueError("'input_ids' is empty")
+        return self
+
+
+PrefetchTarget = Literal["host", "device"]
+PrefetchState = Literal["queued", "running", "done", "cancelled", "failed", "expired"]
+
+
+class PrefetchRequest(_Context):
+    """`POST /sessiongate/v1/prefetch`: bring a session's KV close before its next request. Nothing is
+    generated and nothing is recomputed: pages missing from every tier stay missing."""
+
+    session_id: str
+    priority: int = 0
+    ttl_ms: int = Field(default=30_000, ge=1, le=3_600_000)
+    """After this long unused, the prefetched pages decay to the lowest priority (they are never pinned)."""
+    target: PrefetchTarget = "device"
+
+
+class PrefetchAccepted(BaseModel):
+    model_config = _WIRE
+
+    prefetch_id: str
+    session_id: str
+    tokens: int
+    """Length of the context in tokens, as the worker tokenised it."""
+    state: PrefetchState
+
+
+class PrefetchStatus(BaseModel):
+    """`GET /sessiongate/v1/prefetch/{id}`."""
+
+    model_config = _WIRE
+
+    prefetch_id: str
+    session_id: str
+    state: PrefetchState
+    target: PrefetchTarget
+    tokens: int
+    pages_requested: int
+    """Pages of the context not resident on the device when the prefetch started."""
+    pages_in_host: int
+    pages_on_device: int
+    pages_unavailable: int
+    """Pages found in no tier (the next request recomputes them)."""
+    bytes_loaded: int
+    created_at: float
+    finished_at: float | None = None
+    error: str | None = None
+
+
+class SessionKVRequest(_Context):
+    """`POST /sessiongate/v1/sessions/{id}/retain` (`priority`, `ttl_ms` apply) and `.../drop`."""
+
+    priority: int = 0
+    ttl_ms: int = Field(default=300_000, ge=1, le=86_400_000)
+
+
+class KVOpResult(BaseModel):
+    model_config = _WIRE
+
+    session_id: str
+    operation: Literal["retain", "drop"]
+    tokens: int
+    device_tokens: int
+    host_tokens: int
+    storage_tokens: int
+    """Tokens of the context found in each tier (for `drop`: removed from it)."""
