@@ -3,6 +3,7 @@
     GatewayError                      status, OpenAI error type, code
     ├── InvalidRequest                400 invalid_request_error (param names the field)
     ├── AuthenticationFailed          401 authentication_error
+    ├── PermissionDenied              403 permission_error
     ├── NotFound                      404 not_found_error
     ├── PayloadTooLarge               413 invalid_request_error / request_too_large
     ├── ServiceUnavailable            503 service_unavailable (no healthy worker, store down)
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "PayloadTooLarge",
+    "PermissionDenied",
     "ServiceUnavailable",
     "UpstreamError",
     "WorkerRejected",
@@ -70,6 +72,11 @@ class AuthenticationFailed(GatewayError):
     status_code = 401
     error_type = "authentication_error"
     code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status_code = 403
+    error_type = "permission_error"
 
 
 class NotFound(GatewayError):

@@ -35,6 +35,8 @@ class GatewaySettings:
     auto_migrate: bool = True
     # Optional single client key for local deployments; empty means no authentication (said at start-up).
     api_key: str = ""
+    # The admin API's key, separate from client keys; empty disables the admin API.
+    admin_key: str = ""
     max_body_bytes: int = 4 * 1024 * 1024
     upstream_connect_timeout_s: float = 3.0
     # Longest silence allowed from a worker: before the first byte, or between two streamed chunks.
