@@ -2,7 +2,10 @@
 
 - `protocol`: the extension's wire formats (pydantic only; the one module the gateway imports);
 - `plugin`: the `sglang.srt.plugins` entry point, loaded by SGLang in every worker process;
-- `sglang_internals`: every reference to SGLang internals, pinned to sglang 0.5.23;
+- `sglang_internals` and `internals/` (`ipc`, `scheduler_ops`, `http_ops`): every reference to SGLang
+  internals, pinned to sglang 0.5.23;
+- `endpoints`: the load report and advisory prefetch endpoints (HTTP process), with the pure parts
+  they rest on: `prefetch_book`, `kv_budget`, `rate_meter`, `load_metrics`;
 - `launcher` (`worker_config`, `worker_process`, `hardware`): start and stop a worker;
 - `cpu_compat`: what the real engine needs to run without CUDA (import hooks, pure-torch kernels,
   a stand-in `sgl_kernel`);

@@ -45,6 +45,9 @@ __all__ = [
 # SGLang's file backend reads its directory from this variable before anything else: one left in
 # the environment would silently point a worker away from its configured pool.
 _FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+# With priority eviction: the priority of a request that names none. Above 0, so a request sent with
+# priority 0 (a one-off) is evicted before any session's KV.
+DEFAULT_REQUEST_PRIORITY = 1
 
 
 def resolve_config(config: WorkerConfig) -> WorkerConfig:
@@ -113,6 +116,14 @@ def build_command(config: WorkerConfig) -> list[str]:
         command += ["--tool-call-parser", config.tool_call_parser]
     if on_cpu:
         command += ["--device", "cpu", "--attention-backend", "torch_native"]
+    if config.priority_eviction:
+        command += [
+            "--enable-priority-scheduling",
+            "--radix-eviction-policy",
+            "priority",
+            "--default-priority-value",
+            str(DEFAULT_REQUEST_PRIORITY),
+        ]
     if config.hierarchical_cache:
         command += [
             "--enable-hierarchical-cache",

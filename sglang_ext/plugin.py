@@ -12,7 +12,11 @@ What it adds:
 - in every process: the tool-call parser `TINY_TOOL_CALL_PARSER` (Qwen2.5's format, with forced
   calls constrained by JSON schema; see `sglang_internals.register_json_required_tool_parser`),
   which the launcher selects for the tiny random-weight models;
-- in the HTTP server process: `GET /sessiongate/v1/info` (`WorkerInfo`).
+- in every process: the extension's IPC types (`internals.ipc`), known to SGLang's codec;
+- in the HTTP server process: `GET /sessiongate/v1/info` (`WorkerInfo`), `GET .../load`,
+  `POST .../prefetch`, `GET`/`DELETE .../prefetch/{id}` (`endpoints`);
+- in each scheduler process: the hooks that run prefetches and count throughput
+  (`internals.scheduler_ops`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import multiprocessing
 
 from sglang_ext import sglang_internals
 from sglang_ext.cpu_compat import active_hooks
-from sglang_ext.protocol import INFO_PATH, WorkerInfo
+from sglang_ext.protocol import INFO_PATH, LOAD_PATH, PREFETCH_PATH, WorkerInfo
 
 __all__ = ["TINY_TOOL_CALL_PARSER", "load_plugin", "worker_info"]
 
@@ -57,5 +61,19 @@ def load_plugin() -> None:
     """Called by SGLang's plug-in loader in every process of a worker."""
     sglang_internals.require_supported_version()
     sglang_internals.register_json_required_tool_parser(TINY_TOOL_CALL_PARSER)
+    # Imported here: these modules import SGLang, which only its own processes have loaded.
+    from sglang_ext.internals import ipc, scheduler_ops
+
+    ipc.register_types()
     if _is_http_server_process():
+        from sglang_ext.endpoints import Endpoints
+        from sglang_ext.internals.http_ops import add_route
+
         sglang_internals.add_http_get_route(INFO_PATH, _info_endpoint)
+        endpoints = Endpoints()
+        add_route(LOAD_PATH, endpoints.load, ["GET"])
+        add_route(PREFETCH_PATH, endpoints.start_prefetch, ["POST"])
+        add_route(f"{PREFETCH_PATH}/{{prefetch_id}}", endpoints.prefetch_status, ["GET"])
+        add_route(f"{PREFETCH_PATH}/{{prefetch_id}}", endpoints.cancel_prefetch, ["DELETE"])
+    else:
+        scheduler_ops.install_scheduler_hooks()

@@ -18,6 +18,8 @@ __all__ = [
     "LOAD_PATH",
     "PREFETCH_PATH",
     "SESSIONS_PATH",
+    "ErrorDetail",
+    "ErrorResponse",
     "KVOpResult",
     "LoadReport",
     "PrefetchAccepted",
@@ -38,6 +40,24 @@ PREFETCH_PATH = f"{API_PREFIX}/prefetch"
 SESSIONS_PATH = f"{API_PREFIX}/sessions"
 
 _WIRE = ConfigDict(frozen=True, extra="forbid")
+
+
+class ErrorDetail(BaseModel):
+    model_config = _WIRE
+
+    message: str
+    type: str
+    """`invalid_request_error` (4xx: the caller's mistake) or `server_error` (5xx)."""
+    code: str
+    """Machine-readable: `invalid_body`, `wrong_model`, `context_too_long`, `not_found`, `conflict`, ..."""
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx/5xx answer of the extension's endpoints (the OpenAI error format)."""
+
+    model_config = _WIRE
+
+    error: ErrorDetail
 
 
 class WorkerInfo(BaseModel):
@@ -113,9 +133,12 @@ class PrefetchRequest(_Context):
     generated and nothing is recomputed: pages missing from every tier stay missing."""
 
     session_id: str
+    model: str | None = None
+    """If given, the worker's served model name; another name is refused (400, `wrong_model`)."""
     priority: int = 0
     ttl_ms: int = Field(default=30_000, ge=1, le=3_600_000)
-    """After this long unused, the prefetched pages decay to the lowest priority (they are never pinned)."""
+    """After this long unused, the prefetched pages decay to the lowest priority (they are never pinned).
+    Accepted and recorded; not applied by the worker yet (see docs/prefetch.md)."""
     target: PrefetchTarget = "device"
 
 

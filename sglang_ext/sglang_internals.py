@@ -17,6 +17,10 @@ CPU patches (`cpu_patches`), applied by `sglang_ext.cpu_compat` right after each
   `pin_memory=False`; `pool_host.mha.transfer_kv_direct`, `transfer_kv_all_layer_direct_lf_pf`,
   `transfer_kv_per_layer_direct_pf_lf` (bound only under CUDA/HIP/XPU) -> pure-torch copies.
 
+The internals behind the load report and advisory prefetch (IPC with the scheduler, the
+scheduler-side prefetch, the HTTP-side helpers) live in the `sglang_ext.internals` package, split
+from this module along the process seam; the two together are the one place.
+
 For the plug-in: `add_http_get_route` (an endpoint on the HTTP server's FastAPI app),
 `server_facts` (the published server arguments), `register_json_required_tool_parser` (a
 tool-call parser for the tiny test models, see there).

@@ -59,6 +59,10 @@ class WorkerConfig:
     pool_dir: Path | None = None
     """The `file` backend's directory, shared by all local workers; None: `<state_dir>/kv-pool`."""
     prefetch_policy: PrefetchPolicy = "wait_complete"
+    priority_eviction: bool = False
+    """SGLang's priority scheduling and `priority` radix eviction: a request's `priority` (default 1 when it
+    has none) is its KV's priority in the cache, the lowest evicted first (then LRU); a one-off request sent
+    with priority 0 leaves the device before any default-priority session's KV."""
     prefetch_threshold: int | None = None
     """Fewest tokens worth a prefetch from L3; None keeps SGLang's default (256)."""
     tool_call_parser: str | None = None
@@ -120,6 +124,7 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "storage_backend": _optional(str),
     "pool_dir": _optional(Path),
     "prefetch_policy": str,
+    "priority_eviction": _boolean,
     "prefetch_threshold": _optional(int),
     "tool_call_parser": _optional(str),
     "log_file": _optional(Path),

@@ -125,3 +125,15 @@ def test_cli_flags_beat_environment_beat_defaults(tmp_path: Path) -> None:
     assert parse_worker_config(["--model-path", "none"], {}).model_path is None
     with pytest.raises(SystemExit):
         parse_worker_config(["--device", "tpu"], {})
+
+
+def test_priority_eviction_is_off_by_default_and_sets_sglang_priority_flags(tmp_path: Path) -> None:
+    plain = build_command(WorkerConfig(state_dir=tmp_path, device="cpu"))
+    assert "--radix-eviction-policy" not in plain
+    assert "--enable-priority-scheduling" not in plain
+    command = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", priority_eviction=True))
+    assert flag_value(command, "--radix-eviction-policy") == "priority"
+    assert "--enable-priority-scheduling" in command
+    assert int(flag_value(command, "--default-priority-value")) > 0  # above a one-off request's 0
+    parsed = parse_worker_config(["--priority-eviction", "true"], {})
+    assert parsed.priority_eviction is True

@@ -1,0 +1,364 @@
+"""The extension's half that runs in each SGLang scheduler process, on the scheduler's own thread.
+
+Hooks (SGLang's `HookRegistry`, applied by its plug-in loader before the scheduler is built):
+
+- AFTER `Scheduler.init_request_dispatcher`: attach a `SchedulerExtension` to the scheduler and
+  route `ipc.SessiongateCall` to it;
+- AFTER `Scheduler.ingest_requests` (called once per event-loop iteration, busy or idle): advance
+  the prefetches in flight and sample the throughput counters.
+
+A prefetch uses UnifiedRadixCache's own machinery, as a request's admission does, minus the
+request: `match_prefix` (what is resident), `prefetch_from_storage` + `check_prefetch_progress`
+(the cache controller's L3 -> host prefetch, its I/O on the controller's threads, so decode keeps
+running), then `load_back` (host -> device) with a memory quota from `kv_budget`, so it only takes
+device pages the engine's running and queued requests will not need, and never evicts. Nothing is
+computed: pages found in no tier are counted unavailable. A storage failure is a miss: the cache
+controller reports fewer completed tokens and the radix cache keeps only those.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from array import array
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from sglang_ext.internals.ipc import SessiongateCall, SessiongateReply
+from sglang_ext.kv_budget import DemandItem, device_prefetch_quota
+from sglang_ext.load_metrics import LoadGauges
+from sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
+from sglang_ext.rate_meter import RateMeter
+
+__all__ = ["SCHEDULER_MODULE", "SchedulerExtension", "install_scheduler_hooks"]
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+_EXTENSION_ATTR = "_sessiongate_extension"
+_SAMPLE_INTERVAL_S = 0.05
+
+Phase = Literal["storage", "resident", "load_back", "settled"]
+
+
+class CallError(Exception):
+    """A call the scheduler refuses (unknown prefetch id, unknown op): its `code` goes on the wire."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class _Job:
+    """Engine-side state of one running prefetch (mutable, scheduler thread only)."""
+
+    handle: Any  # CacheRequestHandle
+    token_ids: array[int]
+    cache_salt: str | None
+    phase: Phase
+    load_node: Any = None
+
+
+@dataclass(frozen=True)
+class _Residency:
+    device_tokens: int
+    host_tokens: int
+    last_host_node: Any
+    best_match_node: Any
+
+
+def _metrics_enabled() -> bool:
+    from sglang.srt.runtime_context import get_observability
+
+    return bool(get_observability().enable_metrics)
+
+
+class SchedulerExtension:
+    """Prefetch bookkeeping and counters for one scheduler; every method runs on its thread."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+        self._book = PrefetchBook()
+        self._jobs: dict[str, _Job] = {}
+        self._prefill = RateMeter()
+        self._decode = RateMeter()
+        self._decode_total = 0
+        self._seen_output: dict[str, int] = {}
+        self._last_sample = 0.0
+        self._attempts = 0
+        self._gauges = LoadGauges.create() if _metrics_enabled() else None
+
+    # --- IPC ---------------------------------------------------------------------------------
+
+    def handle_call(self, call: SessiongateCall) -> SessiongateReply:
+        try:
+            body = json.loads(call.body)
+            if call.op == "start":
+                result: dict[str, Any] = asdict(self.start(body))
+            elif call.op == "status":
+                result = asdict(self._record(body["prefetch_id"]))
+            elif call.op == "cancel":
+                result = asdict(self.cancel(body["prefetch_id"]))
+            elif call.op == "stats":
+                result = self.stats()
+            else:
+                raise CallError("unknown_op", f"unknown operation {call.op!r}")
+        except CallError as error:
+            refusal = {"code": error.code, "message": str(error)}
+            return SessiongateReply(rid=call.rid, ok=False, body=json.dumps(refusal))
+        except Exception as error:  # an engine error must not end the scheduler's loop
+            logger.exception("sessiongate call %s failed", call.op)
+            self._abandon_failed_start(call)
+            failure = {"code": "engine_error", "message": repr(error)}
+            return SessiongateReply(rid=call.rid, ok=False, body=json.dumps(failure))
+        return SessiongateReply(rid=call.rid, ok=True, body=json.dumps(result))
+
+    def _abandon_failed_start(self, call: SessiongateCall) -> None:
+        """After an engine error in `start`: release what the cache controller holds for it."""
+        if call.op != "start":
+            return
+        prefetch_id = str(json.loads(call.body).get("prefetch_id"))
+        job = self._jobs.pop(prefetch_id, None)
+        if job is not None and job.phase == "storage":
+            self._cache.release_aborted_request(job.handle)
+        record = self._book.get(prefetch_id)
+        if record is not None and not record.finished:
+            self._book.put(record.updated(state="failed", error="engine error", finished_at=time.time()))
+
+    # --- prefetch ----------------------------------------------------------------------------
+
+    @property
+    def _cache(self) -> Any:
+        return self._scheduler.tree_cache
+
+    @property
+    def _page_size(self) -> int:
+        return int(self._cache.page_size)
+
+    def _bytes_per_token(self) -> int:
+        controller = getattr(self._cache, "cache_controller", None)
+        if controller is None:
+            return 0
+        return int(controller.mem_pool_host.size_per_token)
+
+    def _residency(self, job: _Job) -> _Residency:
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        key = RadixKey(token_ids=job.token_ids, extra_key=None, cache_salt=job.cache_salt)
+        match = self._cache.match_prefix(MatchPrefixParams(key=key))
+        return _Residency(
+            device_tokens=int(match.device_prefix_len),
+            host_tokens=int(match.host_hit_length),
+            last_host_node=match.last_host_node,
+            best_match_node=match.best_match_node,
+        )
+
+    def start(self, body: dict[str, Any]) -> PrefetchRecord:
+        prefetch_id = str(body["prefetch_id"])
+        if prefetch_id in self._book:
+            raise CallError("conflict", f"prefetch {prefetch_id} exists")
+        from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+
+        token_ids = array("q", (int(token) for token in body["input_ids"]))
+        self._attempts += 1
+        job = _Job(
+            handle=CacheRequestHandle(rid=f"sessiongate-prefetch-{prefetch_id}", attempt_id=self._attempts),
+            token_ids=token_ids,
+            cache_salt=body.get("cache_salt"),
+            phase="resident",
+        )
+        page = self._page_size
+        full_tokens = len(token_ids) // page * page
+        residency = self._residency(job)
+        record = PrefetchRecord(
+            prefetch_id=prefetch_id,
+            session_id=str(body["session_id"]),
+            target=body["target"],
+            tokens=len(token_ids),
+            priority=int(body.get("priority", 0)),
+            ttl_ms=int(body.get("ttl_ms", 30_000)),
+            created_at=time.time(),
+            pages_requested=(full_tokens - residency.device_tokens) // page,
+        )
+        matched = residency.device_tokens + residency.host_tokens
+        if matched < full_tokens and self._storage_can_extend(residency.last_host_node):
+            self._cache.prefetch_from_storage(
+                job.handle,
+                residency.last_host_node,
+                token_ids[matched:full_tokens],
+                self._cache.get_last_hash_value(residency.last_host_node),
+                self._cache.get_prefix_hash_values(residency.last_host_node)
+                if self._cache.hicache_storage_pass_prefix_keys
+                else None,
+                matched_prefix_tokens=token_ids[:matched],
+                extra_key=None,
+                cache_salt=job.cache_salt,
+            )
+            if job.handle in self._cache.ongoing_prefetch:
+                job.phase = "storage"
+        self._book.put(record)
+        self._jobs[prefetch_id] = job
+        self._advance(prefetch_id)
+        return self._record(prefetch_id)
+
+    def _storage_can_extend(self, last_host_node: Any) -> bool:
+        cache = self._cache
+        if not getattr(cache, "enable_storage", False):
+            return False
+        # As the scheduler's own admission: a storage prefix continues a node that is backed up
+        # (its hash chain is known) or starts at the root.
+        return bool(cache.is_backuped(last_host_node) or cache.is_root(last_host_node))
+
+    def _record(self, prefetch_id: str) -> PrefetchRecord:
+        record = self._book.get(prefetch_id)
+        if record is None:
+            raise CallError("not_found", f"no prefetch {prefetch_id}")
+        return record
+
+    def cancel(self, prefetch_id: str) -> PrefetchRecord:
+        record = self._record(prefetch_id)
+        if record.finished:
+            return record
+        job = self._jobs.pop(prefetch_id)
+        if job.phase == "storage":
+            self._cache.release_aborted_request(job.handle)
+        record = self._measured(record, job).updated(state="cancelled", finished_at=time.time())
+        self._book.put(record)
+        return record
+
+    def _measured(self, record: PrefetchRecord, job: _Job) -> PrefetchRecord:
+        page = self._page_size
+        residency = self._residency(job)
+        full_pages = len(job.token_ids) // page
+        device_pages = residency.device_tokens // page
+        host_pages = residency.host_tokens // page
+        return record.updated(
+            pages_on_device=device_pages,
+            pages_in_host=host_pages,
+            pages_unavailable=max(full_pages - device_pages - host_pages, 0),
+        )
+
+    def _advance(self, prefetch_id: str) -> None:
+        job = self._jobs[prefetch_id]
+        record = self._record(prefetch_id)
+        cache = self._cache
+        if job.phase == "storage":
+            if not cache.check_prefetch_progress(job.handle):
+                return
+            loaded = int(cache.pop_prefetch_loaded_tokens(job.handle))
+            cache.finish_storage_prefetch_admission(job.handle, loaded, None)
+            record = record.updated(bytes_loaded=record.bytes_loaded + loaded * self._bytes_per_token())
+            job.phase = "resident"
+        if job.phase == "resident":
+            residency = self._residency(job)
+            if record.target == "device" and residency.host_tokens > 0:
+                quota = self._device_quota()
+                if cache.load_back(residency.best_match_node, mem_quota=quota):
+                    cache.ready_to_load_host_cache()
+                    job.load_node = residency.best_match_node
+                    job.phase = "load_back"
+                    record = record.updated(
+                        bytes_loaded=record.bytes_loaded + residency.host_tokens * self._bytes_per_token()
+                    )
+                else:
+                    job.phase = "settled"
+            else:
+                job.phase = "settled"
+        if job.phase == "load_back" and job.load_node not in cache.ongoing_load_back:
+            job.phase = "settled"
+        if job.phase == "settled":
+            del self._jobs[prefetch_id]
+            record = self._measured(record, job).updated(state="done", finished_at=time.time())
+        self._book.put(record)
+
+    def _device_quota(self) -> int:
+        scheduler = self._scheduler
+        demand = [
+            DemandItem(req.sampling_params.max_new_tokens - len(req.output_ids))
+            for req in scheduler.running_batch.reqs
+            if req.sampling_params.max_new_tokens is not None
+        ]
+        demand += [
+            DemandItem(len(req.origin_input_ids) + (req.sampling_params.max_new_tokens or 0))
+            for req in scheduler.waiting_queue
+        ]
+        free = int(scheduler.token_to_kv_pool_allocator.available_size())
+        return device_prefetch_quota(free, demand, self._page_size)
+
+    # --- per iteration -----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        for prefetch_id in list(self._jobs):
+            try:
+                self._advance(prefetch_id)
+            except Exception as error:  # the engine raised: fail this prefetch, keep serving
+                logger.exception("sessiongate prefetch %s failed", prefetch_id)
+                job = self._jobs.pop(prefetch_id)
+                if job.phase == "storage":
+                    self._cache.release_aborted_request(job.handle)
+                record = self._record(prefetch_id)
+                self._book.put(record.updated(state="failed", error=repr(error), finished_at=time.time()))
+        now = time.monotonic()
+        if now - self._last_sample >= _SAMPLE_INTERVAL_S:
+            self._last_sample = now
+            self._sample(now)
+
+    def _sample(self, now: float) -> None:
+        scheduler = self._scheduler
+        seen: dict[str, int] = {}
+        for req in scheduler.running_batch.reqs:
+            produced = len(req.output_ids)
+            self._decode_total += max(produced - self._seen_output.get(req.rid, 0), 0)
+            seen[req.rid] = produced
+        self._seen_output = seen
+        self._decode.observe(now, self._decode_total)
+        self._prefill.observe(now, int(getattr(scheduler, "total_prefill_uncached_tokens", 0)))
+        if self._gauges is not None:
+            self._gauges.update(self.stats())
+
+    def stats(self) -> dict[str, Any]:
+        now = time.monotonic()
+        controller = getattr(self._cache, "cache_controller", None)
+        host_total = host_used = None
+        if controller is not None:
+            host_pool = controller.mem_pool_host
+            host_total = int(host_pool.size)
+            host_used = host_total - int(host_pool.available_size())
+        return {
+            "host_kv_tokens_total": host_total,
+            "host_kv_tokens_used": host_used,
+            "prefetches_in_flight": self._book.in_flight(),
+            "prefill_tokens_per_s": self._prefill.rate(now),
+            "decode_tokens_per_s": self._decode.rate(now),
+        }
+
+
+def _after_init_request_dispatcher(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    from sglang.utils import TypeBasedDispatcher
+
+    extension = SchedulerExtension(scheduler)
+    setattr(scheduler, _EXTENSION_ATTR, extension)
+    scheduler._request_dispatcher += TypeBasedDispatcher([(SessiongateCall, extension.handle_call)])
+
+
+def _after_ingest_requests(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    extension: SchedulerExtension | None = getattr(scheduler, _EXTENSION_ATTR, None)
+    if extension is not None:
+        extension.tick()
+
+
+def install_scheduler_hooks() -> bool:
+    """Register the scheduler hooks, in a process that runs a scheduler; True if registered."""
+    if SCHEDULER_MODULE not in sys.modules:
+        return False
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(
+        f"{SCHEDULER_MODULE}.Scheduler.init_request_dispatcher", _after_init_request_dispatcher, HookType.AFTER
+    )
+    HookRegistry.register(f"{SCHEDULER_MODULE}.Scheduler.ingest_requests", _after_ingest_requests, HookType.AFTER)
+    return True

@@ -1,0 +1,364 @@
+"""Advisory prefetch and the load report on real SGLang 0.5.23 servers (tiny model, CPU).
+
+Two workers, A and B, share one `file` KV pool directory (and nothing else) for the whole module;
+both are stopped at the end; both run with priority eviction (`WorkerConfig.priority_eviction`).
+A session's turn 1 runs on A; B is asked to prefetch the session's context before turn 2 arrives,
+and turn 2 on B must then find the prefix in its own memory. Under memory pressure B evicts the
+lowest request priority first.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.protocol import LOAD_PATH, PREFETCH_PATH, ErrorResponse, LoadReport, PrefetchAccepted, PrefetchStatus
+
+pytestmark = pytest.mark.engine
+
+READY_TIMEOUT = 300.0
+PAGE = 64
+
+
+@pytest.fixture(scope="module")
+def pool_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shared-kv-pool")
+
+
+def _start(state_dir: Path, pool_dir: Path, port: int, name: str) -> WorkerProcess:
+    config = WorkerConfig(
+        state_dir=state_dir, port=port, pool_dir=pool_dir, priority_eviction=True, log_file=state_dir / f"{name}.log"
+    )
+    return start_worker(config)
+
+
+@pytest.fixture(scope="module")
+def workers(worker_state_dir: Path, pool_dir: Path, free_ports: Callable[[], int]) -> Iterator[tuple[str, str]]:
+    # Started together, so their ~20 s start-ups overlap; at most these two run during the module.
+    first = _start(worker_state_dir, pool_dir, free_ports(), "prefetch-a")
+    second = _start(worker_state_dir, pool_dir, free_ports(), "prefetch-b")
+    try:
+        first.wait_ready(READY_TIMEOUT)
+        second.wait_ready(READY_TIMEOUT)
+        yield first.url, second.url
+    finally:
+        first.stop()
+        second.stop()
+
+
+@pytest.fixture(scope="module")
+def worker_a(workers: tuple[str, str]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=workers[0], timeout=120.0) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def worker_b(workers: tuple[str, str]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=workers[1], timeout=120.0) as client:
+        yield client
+
+
+def long_system_prompt(tag: str, facts: int = 60) -> str:
+    lines = (f"Fact {i}: session {tag} keeps page {i * 7} of its cache on worker {i % 3}." for i in range(facts))
+    return f"[{tag}] You are a helpful assistant.\n" + "\n".join(lines)
+
+
+def chat(client: httpx.Client, messages: list[dict[str, Any]], max_tokens: int = 8) -> dict[str, Any]:
+    body = {
+        "model": "tiny",
+        "messages": messages,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "return_cached_tokens_details": True,
+    }
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def prefetch(client: httpx.Client, **body: Any) -> PrefetchAccepted:
+    response = client.post(PREFETCH_PATH, json=body)
+    assert response.status_code == 202, response.text
+    return PrefetchAccepted.model_validate(response.json())
+
+
+def wait_finished(client: httpx.Client, prefetch_id: str, timeout: float = 60.0) -> PrefetchStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(f"{PREFETCH_PATH}/{prefetch_id}")
+        assert response.status_code == 200, response.text
+        status = PrefetchStatus.model_validate(response.json())
+        if status.state not in ("queued", "running") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.05)
+
+
+def wait_for_pool_growth(pool: Path, before: int, timeout: float = 60.0) -> None:
+    """Write-through reaches the pool directory in the background (a file per page)."""
+    deadline = time.monotonic() + timeout
+    while len(list(pool.iterdir())) <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the last pages of the context follow the first ones
+    assert len(list(pool.iterdir())) > before
+
+
+def load_report(client: httpx.Client) -> LoadReport:
+    response = client.get(LOAD_PATH)
+    assert response.status_code == 200, response.text
+    return LoadReport.model_validate(response.json())
+
+
+def test_idle_load_report(worker_b: httpx.Client) -> None:
+    # The server's own warm-up request may still be inside the throughput window: it ages out.
+    deadline = time.monotonic() + 10
+    report = load_report(worker_b)
+    while report.decode_tokens_per_s + report.prefill_tokens_per_s > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        report = load_report(worker_b)
+    assert report.decode_tokens_per_s == 0.0
+    assert report.prefill_tokens_per_s == 0.0
+    assert report.running_requests == 0
+    assert report.queued_requests == 0
+    assert report.device_kv_tokens_total == 4096  # WorkerConfig.max_total_tokens
+    assert 0 <= report.device_kv_tokens_used <= report.device_kv_tokens_total
+    assert report.host_kv_tokens_total is not None
+    assert report.host_kv_tokens_total >= 2 * report.device_kv_tokens_total  # hicache_ratio 2
+    assert report.host_kv_tokens_used is not None
+    assert 0 <= report.host_kv_tokens_used <= report.host_kv_tokens_total
+    assert report.prefetches_in_flight == 0
+    assert report.page_size == PAGE
+    assert abs(report.at - time.time()) < 5
+
+
+def test_prefetch_moves_a_session_to_another_worker(
+    worker_a: httpx.Client, worker_b: httpx.Client, pool_dir: Path
+) -> None:
+    turn1 = [{"role": "system", "content": long_system_prompt("move")}, {"role": "user", "content": "Page 21?"}]
+    files_before = len(list(pool_dir.iterdir()))
+    answer1 = chat(worker_a, turn1)
+    wait_for_pool_growth(pool_dir, files_before)
+    context = [*turn1, {"role": "assistant", "content": answer1["choices"][0]["message"]["content"]}]
+    turn2 = [*context, {"role": "user", "content": "And page 28?"}]
+
+    accepted = prefetch(worker_b, session_id="move", messages=context, target="device")
+    assert accepted.session_id == "move"
+    assert accepted.tokens > 30 * PAGE
+    status = wait_finished(worker_b, accepted.prefetch_id)
+    assert status.state == "done"
+    full_pages = accepted.tokens // PAGE
+    assert status.pages_requested == full_pages  # B had nothing of it
+    assert status.pages_on_device + status.pages_in_host == full_pages
+    assert status.pages_on_device > 0  # B's device pool was free
+    assert status.pages_unavailable == 0
+    assert status.bytes_loaded > 0
+    assert status.finished_at is not None
+
+    on_b = chat(worker_b, turn2)
+    on_a = chat(worker_a, turn2)
+    details = on_b["sglext"]["cached_tokens_details"]
+    assert details["storage"] == 0  # nothing left to fetch from the pool at request time
+    assert details["device"] + details["host"] == on_b["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert details["device"] + details["host"] >= full_pages * PAGE
+    assert details["device"] >= status.pages_on_device * PAGE
+    # The same KV, so the same greedy answer as the worker that computed it.
+    assert on_b["choices"][0]["message"]["content"] == on_a["choices"][0]["message"]["content"]
+
+
+def test_prefetch_by_token_ids_to_host(worker_a: httpx.Client, worker_b: httpx.Client, pool_dir: Path) -> None:
+    prompt = [7 + i % 400 for i in range(12 * PAGE + 5)]  # the tiny vocabulary has 512 ids
+    files_before = len(list(pool_dir.iterdir()))
+    generated = worker_a.post("/generate", json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}})
+    assert generated.status_code == 200, generated.text
+    wait_for_pool_growth(pool_dir, files_before)
+
+    accepted = prefetch(worker_b, session_id="ids", input_ids=prompt, target="host")
+    assert accepted.tokens == len(prompt)
+    status = wait_finished(worker_b, accepted.prefetch_id)
+    assert status.state == "done"
+    assert status.target == "host"
+    assert status.pages_on_device == 0  # host was asked for, nothing more
+    assert status.pages_in_host == 12
+    assert status.pages_unavailable == 0
+
+    again = worker_b.post(
+        "/generate",
+        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 1}, "return_cached_tokens_details": True},
+    )
+    assert again.status_code == 200, again.text
+    details = again.json()["meta_info"]["cached_tokens_details"]
+    assert details["host"] == 12 * PAGE
+    assert details["storage"] == 0
+
+
+def test_prefetch_of_unknown_content_is_a_miss(worker_b: httpx.Client) -> None:
+    messages = [{"role": "system", "content": long_system_prompt("never-seen", 30)}, {"role": "user", "content": "?"}]
+    accepted = prefetch(worker_b, session_id="unknown", messages=messages)
+    status = wait_finished(worker_b, accepted.prefetch_id)
+    assert status.state == "done"
+    assert status.pages_unavailable == accepted.tokens // PAGE
+    assert status.pages_on_device == status.pages_in_host == 0
+    assert status.bytes_loaded == 0
+    assert chat(worker_b, messages)["usage"]["completion_tokens"] > 0  # nothing broke
+
+
+def test_corrupt_pool_pages_are_a_miss(worker_a: httpx.Client, worker_b: httpx.Client, pool_dir: Path) -> None:
+    messages = [{"role": "system", "content": long_system_prompt("corrupt")}, {"role": "user", "content": "Hi"}]
+    before = set(pool_dir.iterdir())
+    computed = chat(worker_a, messages)
+    wait_for_pool_growth(pool_dir, len(before))
+    for page_file in set(pool_dir.iterdir()) - before:
+        with page_file.open("r+b") as handle:
+            handle.truncate(page_file.stat().st_size // 2)
+
+    accepted = prefetch(worker_b, session_id="corrupt", messages=messages)
+    status = wait_finished(worker_b, accepted.prefetch_id)
+    assert status.state == "done"
+    assert status.pages_unavailable == accepted.tokens // PAGE
+    assert status.pages_on_device == status.pages_in_host == 0
+    # B recomputes: a miss, and the right answer.
+    served = chat(worker_b, messages)
+    assert served["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert served["choices"][0]["message"]["content"] == computed["choices"][0]["message"]["content"]
+
+
+def test_cancel(worker_b: httpx.Client) -> None:
+    accepted = prefetch(worker_b, session_id="cancel", input_ids=[3 + i % 300 for i in range(8 * PAGE)])
+    cancelled = worker_b.delete(f"{PREFETCH_PATH}/{accepted.prefetch_id}")
+    assert cancelled.status_code == 200, cancelled.text
+    status = PrefetchStatus.model_validate(cancelled.json())
+    # Nothing of it is in the pool, so it may have finished before the DELETE arrived.
+    assert status.state in ("cancelled", "done")
+    assert status.finished_at is not None
+    again = worker_b.get(f"{PREFETCH_PATH}/{accepted.prefetch_id}")
+    assert PrefetchStatus.model_validate(again.json()).state == status.state
+    assert load_report(worker_b).prefetches_in_flight == 0
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_unknown_prefetch_id_is_404(worker_b: httpx.Client, method: str) -> None:
+    response = worker_b.request(method, f"{PREFETCH_PATH}/no-such-prefetch")
+    assert response.status_code == 404
+    assert ErrorResponse.model_validate(response.json()).error.code == "not_found"
+
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"session_id": "s"}, "invalid_body"),
+        ({"session_id": "s", "messages": USER, "input_ids": [1, 2]}, "invalid_body"),
+        ({"session_id": "s", "messages": []}, "invalid_body"),
+        ({"session_id": "s", "input_ids": []}, "invalid_body"),
+        ({"messages": USER}, "invalid_body"),
+        ({"session_id": "s", "messages": USER, "target": "disk"}, "invalid_body"),
+        ({"session_id": "s", "messages": USER, "model": "another-model"}, "wrong_model"),
+        ({"session_id": "s", "input_ids": [5] * 200_000}, "context_too_long"),
+        ({"session_id": "s", "messages": [{"role": "robot", "content": "x"}]}, "invalid_messages"),
+        ({"session_id": "s", "input_ids": [1, 2, 100_000]}, "invalid_token_ids"),
+    ],
+    ids=[
+        "neither",
+        "both",
+        "empty-messages",
+        "empty-ids",
+        "no-session",
+        "bad-target",
+        "model",
+        "oversized",
+        "role",
+        "out-of-vocabulary",
+    ],
+)
+def test_bad_prefetch_requests_are_refused(worker_b: httpx.Client, body: dict[str, Any], code: str) -> None:
+    response = worker_b.post(PREFETCH_PATH, json=body)
+    assert response.status_code == 400, response.text
+    error = ErrorResponse.model_validate(response.json()).error
+    assert error.code == code
+    assert error.type == "invalid_request_error"
+    assert error.message
+
+
+def test_prefetch_body_that_is_not_json_is_refused(worker_b: httpx.Client) -> None:
+    response = worker_b.post(PREFETCH_PATH, content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert ErrorResponse.model_validate(response.json()).error.code == "invalid_body"
+
+
+def test_load_report_during_a_long_generation(worker_a: httpx.Client) -> None:
+    done = threading.Event()
+    result: list[httpx.Response] = []
+
+    def generate() -> None:
+        body = {"text": "tick " * 40, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+        try:
+            result.append(worker_a.post("/generate", json=body, timeout=300.0))
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=generate)
+    thread.start()
+    busy: list[LoadReport] = []
+    try:
+        while not done.wait(0.2):
+            report = load_report(worker_a)
+            if report.running_requests >= 1 and report.decode_tokens_per_s > 0:
+                busy.append(report)
+    finally:
+        thread.join()
+    assert result[0].status_code == 200
+    assert busy, "no report while the generation ran showed it running and decoding"
+    assert all(report.device_kv_tokens_used > 0 for report in busy)
+
+
+def test_load_figures_are_on_the_metrics_endpoint(worker_a: httpx.Client) -> None:
+    response = worker_a.get("/metrics")
+    assert response.status_code == 200
+    for name in ("prefetches_in_flight", "decode_tokens_per_s", "prefill_tokens_per_s", "host_kv_tokens_total"):
+        assert f"sessiongate:{name}" in response.text
+
+
+def _ids(seed: int, pages: int) -> list[int]:
+    """A prompt of whole pages plus one token (a request reuses at most all but its last token)."""
+    return [3 + (seed * 7919 + i * 31) % 500 for i in range(pages * PAGE + 1)]
+
+
+def _generate(client: httpx.Client, ids: list[int], priority: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": 1},
+        "return_cached_tokens_details": True,
+    }
+    if priority is not None:
+        body["priority"] = priority
+    response = client.post("/generate", json=body)
+    assert response.status_code == 200, response.text
+    meta: dict[str, Any] = response.json()["meta_info"]
+    return meta
+
+
+def test_request_priority_decides_what_leaves_the_device_first(worker_b: httpx.Client) -> None:
+    # B's device pool is 64 pages; start from an empty cache so the test owns it.
+    assert worker_b.post("/flush_cache", params={"timeout": 60}).status_code == 200
+    session = _ids(1, 20)
+    _generate(worker_b, session)  # default priority (1), and the older of the two
+    one_off = _ids(2, 20)
+    _generate(worker_b, one_off, priority=0)  # newer, lower priority
+
+    # A request that needs more than the free pages: something must leave the device.
+    pressure = _generate(worker_b, _ids(3, 36))
+    assert pressure["completion_tokens"] == 1
+
+    # The low-priority KV went first (LRU alone would have taken the older session's pages).
+    assert _generate(worker_b, session)["cached_tokens_details"]["device"] == 20 * PAGE
+    probe = prefetch(worker_b, session_id="probe", input_ids=one_off, target="host")
+    assert wait_finished(worker_b, probe.prefetch_id).pages_on_device < 20

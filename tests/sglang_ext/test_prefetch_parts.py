@@ -1,0 +1,86 @@
+"""The pure parts behind prefetch and the load report: rate meter, device quota, prefetch book."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_ext.kv_budget import DemandItem, device_prefetch_quota
+from sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
+from sglang_ext.rate_meter import RateMeter
+
+
+def test_rate_over_the_window() -> None:
+    meter = RateMeter(window_s=2.0)
+    for step in range(11):
+        meter.observe(100.0 + step * 0.5, step * 50)  # 100 tokens per second
+    assert meter.rate(105.0) == pytest.approx(100.0, rel=0.01)
+
+
+def test_rate_falls_to_zero_after_the_work_stops() -> None:
+    meter = RateMeter(window_s=2.0)
+    meter.observe(0.0, 0)
+    meter.observe(1.0, 100)
+    assert meter.rate(1.0) > 0
+    for step in range(2, 8):
+        meter.observe(float(step), 100)  # no new tokens
+    assert meter.rate(7.0) == 0.0
+    assert meter.rate(20.0) == 0.0
+
+
+def test_rate_needs_two_samples_and_survives_a_counter_reset() -> None:
+    meter = RateMeter()
+    assert meter.rate(0.0) == 0.0
+    meter.observe(0.0, 1000)
+    assert meter.rate(0.0) == 0.0
+    meter.observe(1.0, 10)  # the counter was reset
+    assert meter.rate(1.0) == 0.0
+    meter.observe(2.0, 110)
+    assert meter.rate(2.0) == pytest.approx(100.0)
+
+
+def test_quota_leaves_room_for_running_and_queued_work() -> None:
+    demand = [DemandItem(pending_tokens=300), DemandItem(pending_tokens=200)]
+    assert device_prefetch_quota(free_tokens=4096, demand=demand, page_size=64) == (4096 - 500) // 64 * 64
+    assert device_prefetch_quota(free_tokens=400, demand=demand, page_size=64) == 0
+    assert device_prefetch_quota(free_tokens=100, demand=[], page_size=64) == 64
+    assert device_prefetch_quota(free_tokens=1000, demand=[DemandItem(-5)], page_size=64) == 960
+
+
+def record(prefetch_id: str, state: str = "running") -> PrefetchRecord:
+    return PrefetchRecord(
+        prefetch_id=prefetch_id,
+        session_id="s",
+        target="device",
+        tokens=10,
+        priority=0,
+        ttl_ms=1000,
+        created_at=0.0,
+        state=state,  # type: ignore[arg-type]
+    )
+
+
+def test_book_forgets_the_oldest_finished_records_only() -> None:
+    book = PrefetchBook(keep_finished=2)
+    book.put(record("running-1"))
+    for index in range(4):
+        book.put(record(f"done-{index}", "done"))
+    assert "running-1" in book
+    assert "done-0" not in book
+    assert "done-1" not in book
+    assert "done-2" in book
+    assert "done-3" in book
+    assert book.in_flight() == 1
+    assert [item.prefetch_id for item in book.unfinished()] == ["running-1"]
+
+
+def test_records_are_replaced_not_changed() -> None:
+    book = PrefetchBook()
+    first = record("p")
+    book.put(first)
+    book.put(first.updated(state="done", pages_on_device=3))
+    stored = book.get("p")
+    assert stored is not None
+    assert stored.finished
+    assert stored.pages_on_device == 3
+    assert first.state == "running"
+    assert book.get("missing") is None
