@@ -6,6 +6,10 @@ as configured), usage and the cache report follow SGLang's wire format (`usage.p
 usage chunk in streams), and a prefix cache over whitespace tokens makes `cached_tokens` behave like a radix
 cache: a prompt that extends an earlier one reports the shared part as cached. Faults are switched on through
 `FakeWorkerBehaviour`. Run standalone with `python -m benchmarks.fake_worker --port 31001`.
+
+It also speaks the sessiongate extension (`sglang_ext.protocol`, unless `extension=False`: then 404): the load
+report (its own running requests, `queued` as set), prefetch (after `prefetch_delay_s`, the context's pages found in
+the shared pool become resident in the target tier; nothing is recomputed), and session retain / drop.
 """
 
 from __future__ import annotations
@@ -18,10 +22,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pydantic
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from sglang_ext.protocol import (
+    LOAD_PATH,
+    PREFETCH_PATH,
+    SESSIONS_PATH,
+    KVOpResult,
+    LoadReport,
+    PrefetchAccepted,
+    PrefetchRequest,
+    PrefetchStatus,
+    SessionKVRequest,
+)
 
 __all__ = ["FakeWorkerBehaviour", "create_fake_worker"]
 
@@ -44,14 +61,25 @@ class FakeWorkerBehaviour:
     # Prompts this worker has seen (its device cache), and prompts any worker sharing `pool` has seen.
     device: list[tuple[str, ...]] = field(default_factory=list)
     pool: list[tuple[str, ...]] = field(default_factory=list)
+    host: list[tuple[str, ...]] = field(default_factory=list)
+    # The sessiongate extension: off answers 404 on its endpoints, like a worker started without it.
+    extension: bool = True
+    running: int = 0
+    queued: int = 0
+    prefill_tokens_per_s: float = 5000.0
+    decode_tokens_per_s: float = 500.0
+    prefetch_delay_s: float = 0.0
+    prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kv_ops: list[tuple[str, str]] = field(default_factory=list)
 
     def cache_hit(self, tokens: tuple[str, ...]) -> dict[str, int]:
         """Where the longest cached prefix of `tokens` comes from, like SGLang's cache report."""
         on_device = self._longest(self.device, tokens)
-        in_pool = max(self._longest(self.pool, tokens) - on_device, 0)
+        in_host = max(self._longest(self.host, tokens) - on_device, 0)
+        in_pool = max(self._longest(self.pool, tokens) - on_device - in_host, 0)
         self.device.append(tokens)
         self.pool.append(tokens)
-        return {"device": on_device, "host": 0, "storage": in_pool}
+        return {"device": on_device, "host": in_host, "storage": in_pool}
 
     def _longest(self, seen: list[tuple[str, ...]], tokens: tuple[str, ...]) -> int:
         best = 0
@@ -114,6 +142,13 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
         return JSONResponse({"object": "list", "data": [{"id": b.model, "object": "model", "owned_by": "fake"}]})
 
     async def chat(request: Request) -> Response:
+        b.running += 1
+        try:
+            return await _chat(request)
+        finally:
+            b.running -= 1
+
+    async def _chat(request: Request) -> Response:
         body = orjson.loads(await request.body())
         b.requests.append(body)
         if b.hang:
@@ -166,8 +201,121 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
             Route("/health", health),
             Route("/v1/models", models),
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            *_extension_routes(b),
         ]
     )
+
+
+def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
+    """The sessiongate extension's endpoints, as `sglang_ext.protocol` defines them."""
+
+    def missing() -> Response:
+        error = {"message": "Not Found", "type": "invalid_request_error", "code": "not_found"}
+        return JSONResponse({"error": error}, status_code=404)
+
+    async def load(request: Request) -> Response:
+        if not b.extension:
+            return missing()
+        used = sum(len(t) for t in b.device)
+        report = LoadReport(
+            at=time.time(),
+            running_requests=b.running,
+            queued_requests=b.queued,
+            device_kv_tokens_total=1_000_000,
+            device_kv_tokens_used=min(used, 1_000_000),
+            prefetches_in_flight=sum(1 for p in b.prefetches.values() if p["state"] in ("queued", "running")),
+            prefill_tokens_per_s=b.prefill_tokens_per_s,
+            decode_tokens_per_s=b.decode_tokens_per_s,
+            page_size=b.page_size,
+        )
+        return Response(report.model_dump_json(), media_type="application/json")
+
+    def status(prefetch_id: str) -> PrefetchStatus:
+        entry = b.prefetches[prefetch_id]
+        if entry["state"] == "queued" and time.monotonic() - entry["created"] >= b.prefetch_delay_s:
+            tokens: tuple[str, ...] = entry["tokens"]
+            available = b._longest(b.pool, tokens)
+            (b.device if entry["target"] == "device" else b.host).append(tokens[:available])
+            entry.update(state="done", available=available, finished_at=time.time())
+        available = entry.get("available", 0)
+        return PrefetchStatus(
+            prefetch_id=prefetch_id,
+            session_id=entry["session_id"],
+            state=entry["state"],
+            target=entry["target"],
+            tokens=len(entry["tokens"]),
+            pages_requested=len(entry["tokens"]),
+            pages_in_host=available if entry["target"] == "host" else 0,
+            pages_on_device=available if entry["target"] == "device" else 0,
+            pages_unavailable=len(entry["tokens"]) - available if entry["state"] == "done" else 0,
+            bytes_loaded=available * 1024,
+            created_at=entry["created_wall"],
+            finished_at=entry.get("finished_at"),
+        )
+
+    async def prefetch(request: Request) -> Response:
+        if not b.extension:
+            return missing()
+        try:
+            body = PrefetchRequest.model_validate_json(await request.body())
+        except pydantic.ValidationError as exc:
+            error = {"message": str(exc), "type": "invalid_request_error", "code": "invalid_body"}
+            return JSONResponse({"error": error}, status_code=400)
+        prefetch_id = f"pf_{len(b.prefetches) + 1}"
+        tokens = _prompt_tokens({"messages": body.messages or []})
+        b.prefetches[prefetch_id] = {
+            "session_id": body.session_id,
+            "tokens": tokens,
+            "target": body.target,
+            "state": "queued",
+            "created": time.monotonic(),
+            "created_wall": time.time(),
+            "request": body,
+        }
+        current = status(prefetch_id)
+        accepted = PrefetchAccepted(
+            prefetch_id=prefetch_id, session_id=body.session_id, tokens=len(tokens), state=current.state
+        )
+        return Response(accepted.model_dump_json(), status_code=202, media_type="application/json")
+
+    async def prefetch_one(request: Request) -> Response:
+        prefetch_id = request.path_params["prefetch_id"]
+        if not b.extension or prefetch_id not in b.prefetches:
+            return missing()
+        if request.method == "DELETE" and b.prefetches[prefetch_id]["state"] == "queued":
+            b.prefetches[prefetch_id]["state"] = "cancelled"
+        return Response(status(prefetch_id).model_dump_json(), media_type="application/json")
+
+    async def session_kv(request: Request) -> Response:
+        if not b.extension:
+            return missing()
+        session_id, operation = request.path_params["session_id"], request.path_params["operation"]
+        if operation not in ("retain", "drop"):
+            return missing()
+        body = SessionKVRequest.model_validate_json(await request.body())
+        tokens = _prompt_tokens({"messages": body.messages or []})
+        found = {name: b._longest(getattr(b, name), tokens) for name in ("device", "host", "pool")}
+        if operation == "drop":
+            for name in ("device", "host", "pool"):
+                kept = [t for t in getattr(b, name) if t[: len(tokens)] != tokens[: len(t)]]
+                getattr(b, name)[:] = kept
+        b.kv_ops.append((operation, session_id))
+        result = KVOpResult(
+            session_id=session_id,
+            operation=operation,
+            tokens=len(tokens),
+            device_tokens=found["device"],
+            host_tokens=found["host"],
+            storage_tokens=found["pool"],
+        )
+        return Response(result.model_dump_json(), media_type="application/json")
+
+    return [
+        Route(LOAD_PATH, load),
+        Route(PREFETCH_PATH, prefetch, methods=["POST"]),
+        Route(PREFETCH_PATH + "/{prefetch_id}", prefetch_one, methods=["GET", "DELETE"]),
+        Route(SESSIONS_PATH + "/{session_id}/{operation}", session_kv, methods=["POST"]),
+    ]
 
 
 async def _stream(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
+import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -21,12 +23,18 @@ from starlette.routing import Route
 
 import sessions
 
+from .admin_api import admin_routes
+from .advisor.signals import signal_routes
+from .auth import authentication_mode
 from .chat import chat_completions
 from .errors import exception_handlers
 from .health import healthz, list_models, metrics, readyz
+from .keys_api import key_routes
+from .limits import TenantLimits
 from .metrics import GatewayMetrics
-from .middleware import BodyLimit, RequestContext
-from .routing import LeastInFlight, RoutingPolicy
+from .middleware import BodyLimit, HeaderLimit, RequestContext
+from .openapi import openapi_json
+from .routing import RoutingPolicy
 from .sessions_api import (
     create_session,
     delete_session,
@@ -38,7 +46,9 @@ from .sessions_api import (
 )
 from .settings import GatewaySettings
 from .state import GatewayState
+from .tenancy import CacheSalts, KeyRing
 from .upstream import WorkerClient, make_http_client
+from .wiring import start_routing
 from .workers import WorkerPool
 
 __all__ = ["create_app"]
@@ -60,6 +70,10 @@ def _routes() -> list[Route]:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *key_routes(),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+        *signal_routes(),
+        *admin_routes(),
     ]
 
 
@@ -87,7 +101,8 @@ def create_app(
                     await sessions.upgrade(settings.database_url)
                 the_store = sessions.SqlSessionStore(sessions.create_engine(settings.database_url))
                 stack.push_async_callback(the_store.close)
-            await _fail_stale_turns(the_store, settings)
+            instance, run = settings.instance_id or f"{socket.gethostname()}:{settings.port}", secrets.token_hex(8)
+            await _fail_stale_turns(the_store, settings, instance, run)
             pool = WorkerPool(
                 settings.workers,
                 http,
@@ -97,20 +112,34 @@ def create_app(
             await pool.check_all()  # serve knowing which workers answer
             health = asyncio.create_task(pool.run_health_checks(settings.health_interval_s))
             stack.callback(health.cancel)
+            salts = CacheSalts(_salt_secret(settings))
+            routing = await start_routing(stack, settings, pool, http, the_store, policy, salts.for_tenant)
             state = GatewayState(
                 settings=settings,
                 http=http,
                 workers=pool,
                 worker_client=WorkerClient(http, read_timeout_s=settings.upstream_read_timeout_s),
-                policy=policy or LeastInFlight(),
+                policy=routing.router.policy,
                 store=the_store,
                 metrics=gateway_metrics,
+                keys=KeyRing(the_store, ttl_s=settings.key_cache_ttl_s),
+                limits=TenantLimits(
+                    max_concurrent=settings.tenant_max_concurrent,
+                    tokens_per_minute=settings.tenant_tokens_per_minute,
+                ),
+                salts=salts,
+                instance=instance,
+                run=run,
+                router=routing.router,
+                advisor=routing.advisor,
+                extension=routing.extension,
+                webhook=routing.webhook,
             )
             log.info(
                 "gateway_started",
                 workers=list(settings.workers),
                 policy=state.policy.name,
-                authentication="api_key" if settings.api_key else "none (local use only)",
+                authentication=authentication_mode(settings),
             )
             yield {"gateway": state}
 
@@ -119,6 +148,7 @@ def create_app(
         middleware=[
             Middleware(RequestContext, metrics=gateway_metrics),
             Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
+            Middleware(HeaderLimit, max_bytes=settings.max_header_bytes),
         ],
         exception_handlers=exception_handlers(),
         lifespan=lifespan,
@@ -127,11 +157,30 @@ def create_app(
     return app
 
 
-async def _fail_stale_turns(store: sessions.SessionStore, settings: GatewaySettings) -> None:
-    """Turns left pending by a gateway that died: failed, once no replica can still be serving them."""
+async def _fail_stale_turns(store: sessions.SessionStore, settings: GatewaySettings, instance: str, run: str) -> None:
+    """Turns left pending by a gateway that died: this replica's earlier runs' at once (a replica runs one process
+    at a time, so nothing serves them any more); any replica's once none can still be serving them."""
+    mine = await store.fail_pending_turns(
+        gateway_instance=instance,
+        except_run=run,
+        error_message="The gateway restarted before this turn finished.",
+    )
+    if mine:
+        log.warning("interrupted_turns_failed", count=mine, instance=instance)
     cutoff = datetime.now(UTC) - timedelta(seconds=settings.upstream_read_timeout_s)
     count = await store.fail_pending_turns(
         older_than=cutoff, error_message="The gateway stopped before this turn finished."
     )
     if count:
         log.warning("stale_turns_failed", count=count)
+
+
+def _salt_secret(settings: GatewaySettings) -> bytes:
+    if settings.cache_salt_secret:
+        return settings.cache_salt_secret.encode()
+    log.warning(
+        "cache_salt_secret_random",
+        detail="SESSIONGATE_CACHE_SALT_SECRET is not set: tenant cache salts change at every start and differ "
+        "between replicas, so cached KV is not reused across them",
+    )
+    return secrets.token_bytes(32)

@@ -8,9 +8,11 @@ recording fails after the worker answered is still answered; the store marks it 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,9 +21,11 @@ import sessions
 
 from .assembly import TurnResult, as_dict, attach_cache_details, result_from_response
 from .auth import authenticate
-from .errors import InvalidRequest, ServiceUnavailable, UpstreamError, WorkerUnreachable
+from .bounds import check_chat_bounds
+from .errors import InvalidRequest, ServiceUnavailable, UpstreamError, WorkerRejected, WorkerUnreachable
+from .idempotency import Claim, claim_idempotency, completion_body
+from .limits import Admission
 from .relay import StreamRelay
-from .routing import RouteRequest
 from .schemas import ChatCompletionBody, new_session_id, parse_json, validate, validate_session_id
 from .state import GatewayState, gateway_state
 
@@ -47,6 +51,10 @@ _RECORDED_PARAMS = (
 )
 
 
+# Tries to record a finished turn while the store is unavailable (0.25 s, 0.5 s, 1 s apart).
+_RECORD_ATTEMPTS = 4
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -66,6 +74,8 @@ class TurnContext:
         started: float,
         client_wants_usage: bool,
         client_wants_cache_report: bool,
+        admission: Admission | None = None,
+        idempotency: Claim | None = None,
     ) -> None:
         self.state = state
         self.tenant_id = tenant_id
@@ -78,6 +88,8 @@ class TurnContext:
         self.first_token_at: datetime | None = None
         self.client_wants_usage = client_wants_usage
         self.client_wants_cache_report = client_wants_cache_report
+        self.admission = admission
+        self.idempotency = idempotency
 
     def headers(self) -> dict[str, str]:
         return {
@@ -103,8 +115,9 @@ def _session_id(request: Request, body: dict[str, Any]) -> str:
     return new_session_id()
 
 
-def _upstream_body(body: dict[str, Any], chat: ChatCompletionBody) -> dict[str, Any]:
+def _upstream_body(body: dict[str, Any], chat: ChatCompletionBody, cache_salt: str) -> dict[str, Any]:
     upstream = {k: v for k, v in body.items() if k != "session_id"}
+    upstream["cache_salt"] = cache_salt  # the tenant's, always: a client cannot choose another tenant's cache
     upstream["return_cached_tokens_details"] = True
     if chat.stream:
         upstream["stream_options"] = {**(chat.stream_options or {}), "include_usage": True}
@@ -114,30 +127,81 @@ def _upstream_body(body: dict[str, Any], chat: ChatCompletionBody) -> dict[str, 
 async def chat_completions(request: Request) -> Response:
     state = gateway_state(request)
     received_at, started = _now(), time.perf_counter()
-    tenant_id = authenticate(request, state.settings)
+    tenant_id = await authenticate(request, state.settings)
+    guards = _Guards(state.limits.admit(tenant_id))
+    try:
+        return await _chat_turn(request, state, tenant_id, guards, received_at, started)
+    except BaseException:
+        # A streamed turn releases them when it ends (finish_turn / fail_turn); releasing twice is harmless.
+        with anyio.CancelScope(shield=True):
+            await guards.abandon()
+        raise
+
+
+@dataclass
+class _Guards:
+    """What a turn holds until it ends: its tenant's admission, and its idempotency key when it has one."""
+
+    admission: Admission
+    claim: Claim | None = None
+
+    async def abandon(self) -> None:
+        self.admission.release()
+        if self.claim is not None:
+            await self.claim.release()
+
+
+async def _chat_turn(
+    request: Request,
+    state: GatewayState,
+    tenant_id: str,
+    guards: _Guards,
+    received_at: datetime,
+    started: float,
+) -> Response:
     body = parse_json(await request.body())
     chat = validate(ChatCompletionBody, body)
+    check_chat_bounds(chat, state.settings)
     session_id = _session_id(request, body)
     structlog.contextvars.bind_contextvars(session_id=session_id)
-
-    turn = await state.store.begin_turn(
-        session_id,
+    claim = await claim_idempotency(
+        request,
+        state.store,
         tenant_id=tenant_id,
-        create_session=True,
-        messages=body["messages"],
-        request={k: body[k] for k in _RECORDED_PARAMS if k in body},
-        received_at=received_at,
+        body=body,
+        session_headers=[request.headers.get(h) for h in SESSION_HEADERS],
+        stale_after_s=state.settings.upstream_read_timeout_s,
     )
+    if isinstance(claim, Response):
+        guards.admission.release()
+        return claim  # a retry of a finished request: its first answer
+    guards.claim = claim
+
+    try:
+        turn = await state.store.begin_turn(
+            session_id,
+            tenant_id=tenant_id,
+            create_session=True,
+            messages=body["messages"],
+            request={k: body[k] for k in _RECORDED_PARAMS if k in body},
+            received_at=received_at,
+            gateway_instance=state.instance,
+            gateway_run=state.run,
+        )
+    except sessions.SessionExists:
+        # Another tenant's session: answer exactly as for an id that does not exist.
+        raise sessions.SessionNotFound(session_id) from None
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
 
-    candidates = state.workers.routable()
-    if not candidates:
+    reservation = state.advisor.reservation(session_id)
+    worker = state.router.choose(session_id, tenant_id, body["messages"], reservation=reservation)
+    if worker is None:
         error = ServiceUnavailable(
             "No healthy worker is available; the turn was recorded as failed.", code="no_healthy_worker"
         )
         await _record_failure(state, turn.id, error, ended_at=_now())
         raise error
-    worker = state.policy.choose(RouteRequest(session_id=session_id, tenant_id=tenant_id), candidates)
+    state.advisor.on_request(session_id, tenant_id, turn.id, turn.seq, worker.id)
     ctx = TurnContext(
         state=state,
         tenant_id=tenant_id,
@@ -148,22 +212,40 @@ async def chat_completions(request: Request) -> Response:
         started=started,
         client_wants_usage=bool((chat.stream_options or {}).get("include_usage")),
         client_wants_cache_report=bool(body.get("return_cached_tokens_details")),
+        admission=guards.admission,
+        idempotency=claim,
     )
-    upstream = _upstream_body(body, chat)
-    if chat.stream:
-        return await StreamRelay(ctx, worker.url, upstream).open()
-    return await _complete(ctx, worker.url, upstream)
+    upstream = _upstream_body(body, chat, state.salts.for_tenant(tenant_id))
+    return await _dispatch(ctx, worker.url, upstream, stream=chat.stream)
+
+
+async def _dispatch(ctx: TurnContext, url: str, upstream: dict[str, Any], *, stream: bool) -> Response:
+    """Send the turn; a worker that fails before its first byte is replaced once by the router's next choice
+    (the client has seen nothing yet, so the turn stays one turn)."""
+    tried = {ctx.worker_id}
+    while True:
+        try:
+            if stream:
+                return await StreamRelay(ctx, url, upstream).open()
+            return await _complete(ctx, url, upstream)
+        except UpstreamError as exc:
+            retryable = isinstance(exc, WorkerUnreachable) or (
+                isinstance(exc, WorkerRejected) and exc.status_code >= 500
+            )
+            other = ctx.state.router.choose(ctx.session_id, ctx.tenant_id, exclude=tried) if retryable else None
+            if other is None or len(tried) > 1:
+                await fail_turn(ctx, exc)
+                raise
+            log.warning("turn_retried", failed_worker=ctx.worker_id, worker=other.id, error=exc.message)
+            ctx.worker_id, url = other.id, other.url
+            tried.add(other.id)
 
 
 async def _complete(ctx: TurnContext, url: str, upstream: dict[str, Any]) -> Response:
     state = ctx.state
     with state.workers.lease(ctx.worker_id):
         ctx.dispatched_at = _now()
-        try:
-            answer = await state.worker_client.chat(ctx.worker_id, url, upstream)
-        except UpstreamError as exc:
-            await fail_turn(ctx, exc)
-            raise
+        answer = await state.worker_client.chat(ctx.worker_id, url, upstream)
     result = result_from_response(answer)
     await finish_turn(ctx, result)
     if isinstance(answer.get("usage"), dict):
@@ -179,34 +261,61 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
     ended_at = _now()
     state = ctx.state
     usage = result.usage or {}
+    if ctx.admission is not None:
+        total = usage.get("total_tokens")
+        ctx.admission.charge(total if isinstance(total, int) else 0)
+        ctx.admission.release()
     prompt_details = as_dict(usage.get("prompt_tokens_details"))
+    state.router.after_turn(ctx.session_id, ctx.worker_id, result.usage, result.cached_tokens_details)
+    tool_names = [str(as_dict(c.get("function")).get("name")) for c in result.message.get("tool_calls") or ()]
+    state.advisor.on_turn_end(
+        ctx.session_id, ctx.tenant_id, ctx.turn_id, cache_details=result.cached_tokens_details, tool_names=tool_names
+    )
     state.metrics.turns.labels("ok", ctx.worker_id).inc()
     state.metrics.turn_latency.observe(time.perf_counter() - ctx.started)
     state.metrics.record_prompt_sources(
         usage.get("prompt_tokens"), result.cached_tokens_details, prompt_details.get("cached_tokens")
     )
-    try:
-        await state.store.complete_turn(
-            ctx.turn_id,
-            output_message=result.message,
-            finish_reason=result.finish_reason,
-            model=result.model,
-            usage=result.usage,
-            cached_tokens_details=result.cached_tokens_details,
-            first_token_at=ctx.first_token_at,
-            ended_at=ended_at,
-            worker=ctx.worker_id,
-            dispatched_at=ctx.dispatched_at,
-        )
-    except sessions.StoreError as exc:
-        log.error("turn_not_recorded", error=str(exc), status="ok")
+    # The answer exists only in memory now: a store that is briefly unavailable (SQLite busy, pool exhausted)
+    # gets a few more tries before the turn is left pending (and failed at the next start-up).
+    for attempt in range(_RECORD_ATTEMPTS):
+        try:
+            await state.store.complete_turn(
+                ctx.turn_id,
+                output_message=result.message,
+                finish_reason=result.finish_reason,
+                model=result.model,
+                usage=result.usage,
+                cached_tokens_details=result.cached_tokens_details,
+                first_token_at=ctx.first_token_at,
+                ended_at=ended_at,
+                worker=ctx.worker_id,
+                dispatched_at=ctx.dispatched_at,
+            )
+            break
+        except sessions.StoreUnavailable as exc:
+            if attempt + 1 == _RECORD_ATTEMPTS:
+                log.error("turn_not_recorded", error=str(exc), status="ok", attempts=_RECORD_ATTEMPTS)
+            else:
+                await anyio.sleep(0.25 * 2**attempt)
+        except sessions.StoreError as exc:
+            log.error("turn_not_recorded", error=str(exc), status="ok")
+            break
+    if ctx.idempotency is not None:
+        answer = completion_body(ctx.turn_id, ctx.received_at, result, ctx.annotation())
+        await ctx.idempotency.complete(ctx.turn_id, answer, ctx.headers())
 
 
 async def fail_turn(
     ctx: TurnContext, error: Exception, *, status: str = "failed", partial: dict[str, Any] | None = None
 ) -> None:
+    if ctx.admission is not None:
+        ctx.admission.release()
+    if ctx.idempotency is not None:
+        await ctx.idempotency.release()
     if isinstance(error, WorkerUnreachable):
         ctx.state.workers.report_unreachable(ctx.worker_id, error.message)
+    ctx.state.advisor.on_turn_end(ctx.session_id, ctx.tenant_id, ctx.turn_id, cache_details=None)
     ctx.state.metrics.turns.labels(status, ctx.worker_id).inc()
     await _record_failure(
         ctx.state,

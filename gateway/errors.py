@@ -5,7 +5,9 @@
     ├── AuthenticationFailed          401 authentication_error
     ├── PermissionDenied              403 permission_error
     ├── NotFound                      404 not_found_error
+    ├── Conflict                      409 conflict_error (e.g. the same Idempotency-Key in progress)
     ├── PayloadTooLarge               413 invalid_request_error / request_too_large
+    ├── RateLimited                   429 rate_limit_error, with Retry-After (a tenant's limit)
     ├── ServiceUnavailable            503 service_unavailable (no healthy worker, store down)
     └── UpstreamError                 502 upstream_error (a worker failed us)
         ├── WorkerUnreachable         502 worker_unreachable (refused, reset, closed mid-way)
@@ -18,6 +20,7 @@ raise and never build error responses themselves.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,11 +33,13 @@ import sessions
 
 __all__ = [
     "AuthenticationFailed",
+    "Conflict",
     "GatewayError",
     "InvalidRequest",
     "NotFound",
     "PayloadTooLarge",
     "PermissionDenied",
+    "RateLimited",
     "ServiceUnavailable",
     "UpstreamError",
     "WorkerRejected",
@@ -62,6 +67,9 @@ class GatewayError(Exception):
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, param=self.param, code=self.code)
 
+    def headers(self) -> dict[str, str]:
+        return {}
+
 
 class InvalidRequest(GatewayError):
     status_code = 400
@@ -84,10 +92,30 @@ class NotFound(GatewayError):
     error_type = "not_found_error"
 
 
+class Conflict(GatewayError):
+    status_code = 409
+    error_type = "conflict_error"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
 class PayloadTooLarge(GatewayError):
     status_code = 413
     error_type = "invalid_request_error"
     code = "request_too_large"
+
+
+class RateLimited(GatewayError):
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after_s: float, code: str) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
 
 class ServiceUnavailable(GatewayError):
@@ -145,13 +173,14 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
         log.warning(
             "request_failed", status=exc.status_code, error_type=exc.error_type, code=exc.code, error=exc.message
         )
-    return _response(exc.status_code, exc.body())
+    return _response(exc.status_code, exc.body(), exc.headers())
 
 
 _STORE_ERRORS: tuple[tuple[type[sessions.StoreError], int, str, str], ...] = (
     (sessions.SessionNotFound, 404, "not_found_error", "session_not_found"),
     (sessions.TurnNotFound, 404, "not_found_error", "turn_not_found"),
     (sessions.ToolCallNotFound, 404, "not_found_error", "tool_call_not_found"),
+    (sessions.ApiKeyNotFound, 404, "not_found_error", "api_key_not_found"),
     (sessions.SessionExists, 409, "conflict_error", "session_exists"),
     (sessions.InvalidTransition, 409, "conflict_error", "invalid_transition"),
     (sessions.StoreUnavailable, 503, "service_unavailable", "store_unavailable"),

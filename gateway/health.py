@@ -53,7 +53,7 @@ _MODELS_TTL_S = 10.0
 async def list_models(request: Request) -> Response:
     """The union of the routable workers' `/v1/models`, cached for a few seconds."""
     state = gateway_state(request)
-    authenticate(request, state.settings)
+    await authenticate(request, state.settings)
     cache = request.app.state.models_cache
     if cache["expires"] < time.monotonic():
         routable = state.workers.routable()

@@ -1,6 +1,7 @@
 """Structured logging: structlog, JSON lines, request/session ids bound through contextvars.
 
-Log events are snake_case facts with key-value data. `configure()` is called once by the entry point; the
+Log events are snake_case facts with key-value data, with secrets and user content redacted (`redaction`).
+`configure()` is called once by the entry point; the
 middleware binds `request_id` (and handlers bind `session_id`, `turn_id`) for the duration of a request.
 """
 
@@ -11,11 +12,17 @@ import sys
 
 import structlog
 
+from .redaction import Redactor
+
 __all__ = ["configure"]
 
 
-def configure(*, level: str = "info", json: bool = True) -> None:
-    """Route structlog (and the stdlib loggers uvicorn uses) to stderr at `level`."""
+def configure(
+    *, level: str = "info", json: bool = True, log_content: bool = False, secrets: tuple[str, ...] = ()
+) -> None:
+    """Route structlog (and the stdlib loggers uvicorn uses) to stderr at `level`.
+
+    `log_content` lets message contents through (debugging only); `secrets` are values masked wherever seen."""
     numeric = logging.getLevelNamesMapping().get(level.upper())
     if numeric is None:
         raise ValueError(f"unknown log level {level!r}")
@@ -28,6 +35,7 @@ def configure(*, level: str = "info", json: bool = True) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            Redactor(log_content=log_content, extra_secrets=secrets),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
@@ -35,3 +43,19 @@ def configure(*, level: str = "info", json: bool = True) -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(message)s", force=True)
+    # Libraries that log SQL parameters or HTTP payloads at debug level would write user content and keys:
+    # they stay at warning whatever the gateway's level; what they do log is scrubbed of key-shaped strings.
+    for name in _PAYLOAD_LOGGERS:
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
+    redactor = Redactor(log_content=log_content, extra_secrets=secrets)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: _scrub_record(record, redactor))
+
+
+_PAYLOAD_LOGGERS = ("aiosqlite", "sqlalchemy", "asyncpg", "httpx", "httpcore", "hpack", "uvicorn.access")
+
+
+def _scrub_record(record: logging.LogRecord, redactor: Redactor) -> bool:
+    record.msg = redactor.scrub(record.getMessage())
+    record.args = None
+    return True

@@ -4,6 +4,7 @@
   log context and echoed in the response; one access-log event and the request counter per request.
 - `BodyLimit`: refuses bodies over the configured size with 413, by `content-length` up front or by counting
   the bytes of a chunked body as they arrive.
+- `HeaderLimit`: refuses requests whose headers (names and values) total more than the configured size with 431.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import PayloadTooLarge, error_body
 from .metrics import GatewayMetrics
 
-__all__ = ["BodyLimit", "RequestContext"]
+__all__ = ["BodyLimit", "HeaderLimit", "RequestContext"]
 
 log = structlog.get_logger("gateway.access")
 
@@ -108,6 +109,27 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class HeaderLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.max_bytes:
+            message = f"The request headers are larger than the limit of {self.max_bytes} bytes."
+            body = orjson.dumps(error_body(message, "invalid_request_error", code="headers_too_large"))
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 431,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -46,8 +46,7 @@ class StreamRelay:
         self.done = False
 
     async def open(self) -> Response:
-        from .chat import fail_turn
-
+        """Open the worker's stream; an error before its first byte propagates (the caller may retry)."""
         state = self.ctx.state
         self._resources.enter_context(state.workers.lease(self.ctx.worker_id))
         self.ctx.dispatched_at = datetime.now(UTC)
@@ -55,9 +54,8 @@ class StreamRelay:
             self._lines = await self._resources.enter_async_context(
                 state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body)
             )
-        except UpstreamError as exc:
+        except UpstreamError:
             await self._resources.aclose()
-            await fail_turn(self.ctx, exc)
             raise
         return _RelayResponse(self)
 

@@ -105,7 +105,7 @@ def _limit(request: Request, default: int, maximum: int) -> int:
 
 async def create_session(request: Request) -> Response:
     state = gateway_state(request)
-    tenant_id = authenticate(request, state.settings)
+    tenant_id = await authenticate(request, state.settings)
     raw = await request.body()
     body = validate(CreateSessionBody, parse_json(raw) if raw else {})
     if body.session_id is not None:
@@ -118,7 +118,7 @@ async def create_session(request: Request) -> Response:
 
 async def list_sessions(request: Request) -> Response:
     state = gateway_state(request)
-    tenant_id = authenticate(request, state.settings)
+    tenant_id = await authenticate(request, state.settings)
     after = request.query_params.get("after")
     if after is not None:
         validate_session_id(after, param="after")
@@ -130,13 +130,15 @@ async def list_sessions(request: Request) -> Response:
 
 async def get_session(request: Request) -> Response:
     state = gateway_state(request)
-    record = await state.store.get_session(_path_session_id(request), tenant_id=authenticate(request, state.settings))
+    record = await state.store.get_session(
+        _path_session_id(request), tenant_id=await authenticate(request, state.settings)
+    )
     return JSONResponse(serialize_session(record))
 
 
 async def update_session(request: Request) -> Response:
     state = gateway_state(request)
-    tenant_id = authenticate(request, state.settings)
+    tenant_id = await authenticate(request, state.settings)
     body = validate(UpdateSessionBody, parse_json(await request.body()))
     record = await state.store.update_session(
         _path_session_id(request), tenant_id=tenant_id, priority=body.priority, metadata=body.metadata
@@ -147,14 +149,16 @@ async def update_session(request: Request) -> Response:
 async def delete_session(request: Request) -> Response:
     state = gateway_state(request)
     session_id = _path_session_id(request)
-    await state.store.delete_session(session_id, tenant_id=authenticate(request, state.settings))
+    await state.store.delete_session(session_id, tenant_id=await authenticate(request, state.settings))
     return JSONResponse({"id": session_id, "object": "session.deleted", "deleted": True})
 
 
 async def list_turns(request: Request) -> Response:
     state = gateway_state(request)
     turns = await state.store.list_turns(
-        _path_session_id(request), tenant_id=authenticate(request, state.settings), limit=_limit(request, 100, 1000)
+        _path_session_id(request),
+        tenant_id=await authenticate(request, state.settings),
+        limit=_limit(request, 100, 1000),
     )
     return JSONResponse({"object": "list", "data": [serialize_turn(t) for t in turns]})
 
@@ -162,6 +166,6 @@ async def list_turns(request: Request) -> Response:
 async def list_messages(request: Request) -> Response:
     state = gateway_state(request)
     messages = await state.store.session_context(
-        _path_session_id(request), tenant_id=authenticate(request, state.settings)
+        _path_session_id(request), tenant_id=await authenticate(request, state.settings)
     )
     return JSONResponse({"object": "list", "data": messages})

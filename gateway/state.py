@@ -9,9 +9,14 @@ from starlette.requests import Request
 
 import sessions
 
+from .advisor import Advisor, WebhookVerifier
+from .extension import ExtensionClient
+from .limits import TenantLimits
 from .metrics import GatewayMetrics
+from .router import Router
 from .routing import RoutingPolicy
 from .settings import GatewaySettings
+from .tenancy import CacheSalts, KeyRing
 from .upstream import WorkerClient
 from .workers import WorkerPool
 
@@ -27,6 +32,16 @@ class GatewayState:
     policy: RoutingPolicy
     store: sessions.SessionStore
     metrics: GatewayMetrics
+    keys: KeyRing
+    limits: TenantLimits
+    salts: CacheSalts
+    router: Router
+    advisor: Advisor
+    extension: ExtensionClient
+    webhook: WebhookVerifier | None
+    # This replica's name and this process's run (see `GatewaySettings.instance_id`).
+    instance: str = ""
+    run: str = ""
 
 
 def gateway_state(request: Request) -> GatewayState:

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 import structlog
 
+from sglang_ext.protocol import LoadReport
+
 from .routing import WorkerView
 
 __all__ = ["Worker", "WorkerPool", "worker_id_for"]
@@ -43,9 +45,28 @@ class Worker:
     last_error: str | None = None
     served: int = 0
     models: tuple[str, ...] = field(default=())
+    # The latest load report (gateway/load.py), when it was received (monotonic seconds), and the gateway's
+    # in-flight count at that moment; `extension` is False once the worker answered 404 (no sessiongate).
+    load: LoadReport | None = None
+    load_received_at: float = 0.0
+    in_flight_at_report: int = 0
+    extension: bool | None = None
 
-    def view(self) -> WorkerView:
-        return WorkerView(id=self.id, url=self.url, in_flight=self.in_flight)
+    def view(self, *, now: float | None = None, stale_after_s: float = 2.0) -> WorkerView:
+        """The policy's view; a load report older than `stale_after_s` is ignored (in-flight counts only)."""
+        report = self.load
+        if report is None or now is None or now - self.load_received_at > stale_after_s:
+            return WorkerView(id=self.id, url=self.url, in_flight=self.in_flight)
+        return WorkerView(
+            id=self.id,
+            url=self.url,
+            in_flight=self.in_flight,
+            running=report.running_requests,
+            queued=report.queued_requests,
+            in_flight_since_report=max(self.in_flight - self.in_flight_at_report, 0),
+            prefill_tokens_per_s=report.prefill_tokens_per_s,
+            decode_tokens_per_s=report.decode_tokens_per_s,
+        )
 
 
 class WorkerPool:
@@ -69,8 +90,10 @@ class WorkerPool:
     def get(self, worker_id: str) -> Worker | None:
         return self._workers.get(worker_id)
 
-    def routable(self) -> list[WorkerView]:
-        return [w.view() for w in self._workers.values() if w.healthy and not w.draining]
+    def routable(self, *, now: float | None = None, stale_after_s: float = 2.0) -> list[WorkerView]:
+        return [
+            w.view(now=now, stale_after_s=stale_after_s) for w in self._workers.values() if w.healthy and not w.draining
+        ]
 
     @contextlib.contextmanager
     def lease(self, worker_id: str) -> Iterator[Worker]:

@@ -1,4 +1,4 @@
-"""`sessiongate` subcommands: serve, worker, up, demo, db upgrade.
+"""`sessiongate` subcommands: serve, worker, up, demo, db upgrade, keys create/list/revoke.
 
 Each subcommand imports its part lazily, so `sessiongate serve` never imports torch or sglang and
 `sessiongate --help` is instant. Flags override `SESSIONGATE_*` environment variables, which override the
@@ -27,9 +27,15 @@ def _serve(args: argparse.Namespace) -> int:
         workers=tuple(args.worker) if args.worker else None,
         database_url=args.database_url,
         api_key=args.api_key,
+        allow_unauthenticated=True if args.allow_unauthenticated else None,
         log_level=args.log_level,
     )
-    configure(level=settings.log_level, json=settings.log_json)
+    configure(
+        level=settings.log_level,
+        json=settings.log_json,
+        log_content=settings.log_content,
+        secrets=(settings.admin_key, settings.api_key, settings.cache_salt_secret),
+    )
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -72,6 +78,52 @@ def _db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys(args: argparse.Namespace) -> int:
+    """Tenant keys, straight in the store (the gateway need not run): the secret is printed once, at creation."""
+    import asyncio
+    import re
+
+    from gateway.settings import GatewaySettings
+    from sessions import ApiKeyNotFound, SqlSessionStore, create_engine, upgrade_sync
+
+    settings = GatewaySettings.from_env(database_url=args.database_url)
+    if settings.auto_migrate:
+        upgrade_sync(settings.database_url)
+
+    async def run() -> int:
+        from gateway.tenancy import create_key, revoke_key
+
+        store = SqlSessionStore(create_engine(settings.database_url))
+        try:
+            if args.keys_command == "create":
+                new = await create_key(store, tenant_id=args.tenant, name=args.name)
+                print(f"created {new.record.id} for tenant {new.record.tenant_id} (prefix {new.record.prefix})")
+                print(f"key: {new.secret}")
+                print("store it now: it is not shown again", file=sys.stderr)
+            elif args.keys_command == "list":
+                for record in await store.list_api_keys(tenant_id=args.tenant):
+                    status = f"revoked {record.revoked_at.isoformat()}" if record.revoked_at else "live"
+                    created = record.created_at.isoformat()
+                    print(f"{record.id}  {record.tenant_id}  {record.prefix}...  {created}  {status}  {record.name}")
+            else:
+                record = await revoke_key(store, args.key_id)
+                print(f"revoked {record.id} (tenant {record.tenant_id}, prefix {record.prefix})")
+        finally:
+            await store.close()
+        return 0
+
+    if getattr(args, "tenant", None) is not None and not re.fullmatch(
+        r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}", args.tenant
+    ):
+        print(f"invalid tenant id {args.tenant!r}: 1-128 of letters, digits and ._:@-", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run())
+    except ApiKeyNotFound as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessiongate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -86,7 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="an SGLang worker's base URL (repeat for several); env SESSIONGATE_WORKERS=a,b",
     )
     serve.add_argument("--database-url", help="SQLAlchemy async URL (default: SQLite under .sessiongate/)")
-    serve.add_argument("--api-key", help="require this client key (default: no authentication)")
+    serve.add_argument("--api-key", help="a static client key for the 'default' tenant")
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        default=None,
+        help="serve callers without a key as the 'default' tenant (local use only)",
+    )
     serve.add_argument("--log-level")
     serve.set_defaults(handler=_serve)
 
@@ -116,6 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
     db_upgrade = db_commands.add_parser("upgrade", help="migrate the store to the latest schema")
     db_upgrade.add_argument("--database-url")
     db_upgrade.set_defaults(handler=_db_upgrade)
+
+    keys = commands.add_parser("keys", help="tenant API keys: create (shown once), list, revoke")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    keys_create = keys_commands.add_parser("create", help="a new key for a tenant; prints the secret once")
+    keys_create.add_argument("--tenant", required=True)
+    keys_create.add_argument("--name", default="", help="a label, e.g. what the key is for")
+    keys_list = keys_commands.add_parser("list", help="keys (never their secrets), revoked ones included")
+    keys_list.add_argument("--tenant")
+    keys_revoke = keys_commands.add_parser("revoke", help="revoke a key by id (key_...)")
+    keys_revoke.add_argument("key_id")
+    for sub in (keys_create, keys_list, keys_revoke):
+        sub.add_argument("--database-url")
+        sub.set_defaults(handler=_keys)
     return parser
 
 

@@ -47,7 +47,8 @@ class GatewayProcess:
     def __init__(self, *, port: int, workers: list[str], database_url: str, log_path: Path) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
-        env = {**os.environ, "SESSIONGATE_DATABASE_URL": database_url}
+        # The embedded default is for local use: callers need no key unless the user asks for keys.
+        env = {"SESSIONGATE_ALLOW_UNAUTHENTICATED": "true", **os.environ, "SESSIONGATE_DATABASE_URL": database_url}
         command = [sys.executable, "-m", "sessiongate.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
         for url in workers:
             command += ["--worker", url]
@@ -135,7 +136,14 @@ def run_up(args: argparse.Namespace) -> int:
         for i, worker in enumerate(workers):
             print(f"  worker {i + 1}  {worker.url}")
         print(f"  store     {state_dir / 'sessiongate.db'}\n  KV pool   {pool_dir}\n  logs      {logs}")
-        print("  authentication: none (local use); set SESSIONGATE_API_KEY to require a key\n", flush=True)
+        if os.environ.get("SESSIONGATE_ALLOW_UNAUTHENTICATED", "true").lower() in ("1", "true", "yes", "on"):
+            print(
+                "  authentication: NONE (local use only; SESSIONGATE_ALLOW_UNAUTHENTICATED=false to require keys,"
+                " `sessiongate keys create --tenant T` to make them)\n",
+                flush=True,
+            )
+        else:
+            print("  authentication: tenant API keys (`sessiongate keys create --tenant T`)\n", flush=True)
         if args.demo:
             run_demo(base_url=gateway.url)
             if args.exit_after_demo:

@@ -1,4 +1,4 @@
-"""sessions: the gateway's SQL store of sessions, turns, tool calls, advisories and workers.
+"""sessions: the gateway's SQL store of API keys, sessions, turns, tool calls, advisories and workers.
 
 `create_engine(url)` + `SqlSessionStore(engine)` give a `SessionStore`; `upgrade(url)` migrates the schema.
 SQLite (aiosqlite) is the embedded default, PostgreSQL (asyncpg) serves several gateway replicas.
@@ -11,6 +11,7 @@ from ._convert import MAX_SESSION_ID_LENGTH
 from .database import create_engine, upgrade, upgrade_sync
 from .errors import (
     AdvisoryNotFound,
+    ApiKeyNotFound,
     InvalidTransition,
     SessionExists,
     SessionNotFound,
@@ -20,13 +21,25 @@ from .errors import (
     TurnNotFound,
 )
 from .protocol import SessionStore
-from .records import AdvisoryRecord, Page, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
+from .records import (
+    AdvisoryRecord,
+    ApiKeyRecord,
+    IdempotencyRecord,
+    Page,
+    SessionRecord,
+    ToolCallRecord,
+    TurnRecord,
+    WorkerRecord,
+)
 from .store import SqlSessionStore
 
 __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "AdvisoryNotFound",
     "AdvisoryRecord",
+    "ApiKeyNotFound",
+    "ApiKeyRecord",
+    "IdempotencyRecord",
     "InvalidTransition",
     "Page",
     "SessionExists",

@@ -18,7 +18,7 @@ from .records import AdvisoryRecord, SessionRecord, ToolCallRecord, TurnRecord, 
 MAX_SESSION_ID_LENGTH = 128
 SESSION_STATES = frozenset({"active", "closed"})
 TURN_END_STATES = frozenset({"failed", "cancelled"})
-ADVISORY_KINDS = frozenset({"typing", "tool_result", "tool_call", "explicit"})
+ADVISORY_KINDS = frozenset({"typing", "tool_result", "tool_call", "explicit", "none"})  # none: a missed request
 ADVISORY_OUTCOMES = frozenset({"used", "late", "wasted", "missed", "cancelled"})  # besides "pending"
 WORKER_STATES = frozenset({"healthy", "unhealthy", "draining"})
 

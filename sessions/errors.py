@@ -6,6 +6,7 @@ StoreError
 ├── TurnNotFound
 ├── ToolCallNotFound      no tool call with that call_id in the session
 ├── AdvisoryNotFound
+├── ApiKeyNotFound
 ├── SessionExists         the session id is already taken (by this tenant or another)
 ├── InvalidTransition     e.g. completing a turn that is no longer pending, a turn in a closed session
 └── StoreUnavailable      the database cannot be reached or timed out (connection refused, pool timeout,
@@ -24,6 +25,7 @@ from sqlalchemy import exc as sa_exc
 
 __all__ = [
     "AdvisoryNotFound",
+    "ApiKeyNotFound",
     "InvalidTransition",
     "SessionExists",
     "SessionNotFound",
@@ -62,6 +64,12 @@ class AdvisoryNotFound(StoreError):
     def __init__(self, advisory_id: str) -> None:
         super().__init__(f"advisory {advisory_id!r} not found")
         self.advisory_id = advisory_id
+
+
+class ApiKeyNotFound(StoreError):
+    def __init__(self, key_id: str) -> None:
+        super().__init__(f"API key {key_id!r} not found")
+        self.key_id = key_id
 
 
 class SessionExists(StoreError):

@@ -1,4 +1,4 @@
-"""The ORM tables of the session store: tenants, sessions, turns, tool calls, advisories, workers.
+"""The ORM tables of the session store: tenants, API keys, sessions, turns, tool calls, advisories, workers.
 
 Every timestamp is an aware UTC datetime (`UTCDateTime` stores naive UTC on SQLite, `timestamptz` on
 PostgreSQL). Relationships are `lazy="raise"`: load them explicitly with `selectinload` or not at all.
@@ -30,7 +30,9 @@ from .history import EMPTY_DIGEST
 
 __all__ = [
     "Advisory",
+    "ApiKey",
     "Base",
+    "IdempotencyKey",
     "Session",
     "Tenant",
     "ToolCall",
@@ -88,6 +90,41 @@ class Tenant(Base):
     created_at: Mapped[datetime]
 
 
+class ApiKey(Base):
+    """A tenant's client key, stored as the sha256 of the secret (the secret itself is shown once, never kept).
+
+    `prefix` (the secret's first characters) lets people tell keys apart in listings and logs.
+    """
+
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("secret_hash"), Index(None, "tenant_id", "created_at"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(128), ForeignKey("tenants.id"))
+    name: Mapped[str] = mapped_column(String(256))
+    prefix: Mapped[str] = mapped_column(String(32))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class IdempotencyKey(Base):
+    """A client's `Idempotency-Key` on a chat request, per tenant: the request's hash, and once the turn ended
+    well, its turn and the response to replay. A pending row is a request in progress (or one whose gateway
+    died: it may be taken over once older than the caller's staleness bound)."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index(None, "created_at"),)
+
+    tenant_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    turn_id: Mapped[str | None] = mapped_column(String(64), ForeignKey("turns.id", ondelete="CASCADE"))
+    response: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+
+
 class Session(Base):
     __tablename__ = "sessions"
     __table_args__ = (Index(None, "tenant_id", "last_active_at"),)
@@ -139,6 +176,10 @@ class Turn(Base):
     cached_device: Mapped[int | None]
     cached_host: Mapped[int | None]
     cached_storage: Mapped[int | None]
+    # The gateway replica that serves the turn (a stable name) and its process run (new at every start): a
+    # restarted replica fails the pending turns of its earlier runs at once; other replicas' turns are not its own.
+    gateway_instance: Mapped[str | None] = mapped_column(String(128))
+    gateway_run: Mapped[str | None] = mapped_column(String(32))
 
     session: Mapped[Session] = relationship(back_populates="turns", lazy="raise")
     tool_calls: Mapped[list[ToolCall]] = relationship(

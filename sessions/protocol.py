@@ -11,7 +11,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from .records import AdvisoryRecord, Page, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
+from .records import (
+    AdvisoryRecord,
+    ApiKeyRecord,
+    IdempotencyRecord,
+    Page,
+    SessionRecord,
+    ToolCallRecord,
+    TurnRecord,
+    WorkerRecord,
+)
 
 __all__ = ["SessionStore"]
 
@@ -63,6 +72,27 @@ class SessionStore(Protocol):
         """The conversation so far, as the model saw it (see `sessions.history`)."""
         ...
 
+    # administration (across tenants)
+    async def find_session(self, session_id: str) -> SessionRecord:
+        """The session whatever its tenant (the admin API's lookup); `SessionNotFound` if there is none."""
+        ...
+
+    async def search_sessions(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: str | None = None,
+        active_after: datetime | None = None,
+        active_before: datetime | None = None,
+        min_priority: int | None = None,
+        max_priority: int | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page[SessionRecord]:
+        """Sessions of any or one tenant matching every filter given, most recently active first (then id);
+        `after` is the last id of the previous page."""
+        ...
+
     # turns
     async def begin_turn(
         self,
@@ -73,13 +103,16 @@ class SessionStore(Protocol):
         request: Mapping[str, Any],
         received_at: datetime,
         create_session: bool = False,
+        gateway_instance: str | None = None,
+        gateway_run: str | None = None,
     ) -> TurnRecord:
         """Record a request as a pending turn, storing only the messages new to the context, and the tool
         results among them. `InvalidTransition` if the session is closed.
 
         `create_session=True` creates a missing session in the same transaction, as `get_or_create_session`
         would (concurrent first turns of one id all succeed, one of them creating it; `SessionExists` if the
-        id belongs to another tenant)."""
+        id belongs to another tenant). `gateway_instance`/`gateway_run` name the gateway process serving it
+        (see `fail_pending_turns`)."""
         ...
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None: ...
@@ -129,9 +162,19 @@ class SessionStore(Protocol):
         ...
 
     async def fail_pending_turns(
-        self, *, older_than: datetime | None = None, error_message: str, error_type: str = "interrupted"
+        self,
+        *,
+        older_than: datetime | None = None,
+        error_message: str,
+        error_type: str = "interrupted",
+        gateway_instance: str | None = None,
+        except_run: str | None = None,
     ) -> int:
-        """Fail the turns still pending (received before `older_than`); returns how many."""
+        """Fail the turns still pending (received before `older_than`); returns how many.
+
+        With `gateway_instance`, only that replica's turns, and with `except_run` not those of its current run:
+        what a restarted replica calls to fail its dead predecessor's turns at once, leaving other replicas'
+        turns alone."""
         ...
 
     # tool calls
@@ -181,6 +224,40 @@ class SessionStore(Protocol):
         ...
 
     async def list_workers(self, *, state: str | None = None) -> list[WorkerRecord]: ...
+
+    # API keys (the store sees only hashes: see `sessions.keys`)
+    async def create_api_key(
+        self, *, tenant_id: str, name: str, prefix: str, secret_hash: str, created_at: datetime
+    ) -> ApiKeyRecord:
+        """A new live key (`key_` + 24 hex); creates the tenant on first use."""
+        ...
+
+    async def find_api_key(self, secret_hash: str) -> ApiKeyRecord | None:
+        """The live key with this hash, or None (unknown or revoked)."""
+        ...
+
+    async def list_api_keys(self, *, tenant_id: str | None = None) -> list[ApiKeyRecord]:
+        """All keys (revoked ones included), oldest first; of one tenant when `tenant_id` is given."""
+        ...
+
+    async def revoke_api_key(self, key_id: str, *, revoked_at: datetime) -> ApiKeyRecord:
+        """Revoke a key (idempotent); `ApiKeyNotFound` if there is no such key."""
+        ...
+
+    # idempotency keys (see `sessions.idempotency`)
+    async def claim_idempotency_key(
+        self, *, tenant_id: str, key: str, request_hash: str, now: datetime, stale_before: datetime
+    ) -> IdempotencyRecord | None:
+        """None if this caller now holds the key; else the existing claim (pending, or done with a response)."""
+        ...
+
+    async def complete_idempotency_key(
+        self, *, tenant_id: str, key: str, turn_id: str, response: Mapping[str, Any]
+    ) -> None: ...
+
+    async def release_idempotency_key(self, *, tenant_id: str, key: str) -> None:
+        """Forget a pending claim (its request failed), so a retry runs anew."""
+        ...
 
     # lifecycle
     async def ping(self) -> None:

@@ -13,6 +13,8 @@ from typing import Any, Generic, TypeVar
 
 __all__ = [
     "AdvisoryRecord",
+    "ApiKeyRecord",
+    "IdempotencyRecord",
     "Page",
     "SessionRecord",
     "ToolCallRecord",
@@ -21,6 +23,32 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiKeyRecord:
+    """A tenant's API key as listed: never the secret, only its hash and a short prefix."""
+
+    id: str
+    tenant_id: str
+    name: str
+    prefix: str
+    secret_hash: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdempotencyRecord:
+    """An idempotency key already claimed: "pending" (in progress) or "done" (with the response to replay)."""
+
+    tenant_id: str
+    key: str
+    request_hash: str
+    status: str
+    created_at: datetime
+    turn_id: str | None
+    response: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +110,7 @@ class TurnRecord:
 class AdvisoryRecord:
     id: str
     session_id: str
-    kind: str  # "typing" | "tool_result" | "tool_call" | "explicit"
+    kind: str  # "typing" | "tool_result" | "tool_call" | "explicit" | "none" (a missed request: no signal)
     target_worker: str | None
     created_at: datetime
     expires_at: datetime

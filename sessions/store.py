@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 
 from . import _convert as cv
 from . import _statements as sql
-from . import history, turns
+from . import history, idempotency, keys, turns
 from ._sql import insert_on_conflict, session_values, tenant_values
 from .database import create_engine
 from .errors import (
@@ -35,7 +35,16 @@ from .errors import (
 )
 from .models import Advisory, Session, Tenant, ToolCall, Worker
 from .protocol import SessionStore
-from .records import AdvisoryRecord, Page, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
+from .records import (
+    AdvisoryRecord,
+    ApiKeyRecord,
+    IdempotencyRecord,
+    Page,
+    SessionRecord,
+    ToolCallRecord,
+    TurnRecord,
+    WorkerRecord,
+)
 
 __all__ = ["SessionStore", "SqlSessionStore"]
 
@@ -193,6 +202,53 @@ class SqlSessionStore:
             await turns.session_row(db, session_id, tenant_id)
             return history.context_messages(await turns.context_turns(db, session_id))
 
+    # administration (across tenants)
+
+    async def find_session(self, session_id: str) -> SessionRecord:
+        async with self._transaction() as db:
+            row = await db.get(Session, session_id)
+            if row is None:
+                raise SessionNotFound(session_id)
+            return cv.session_record(row)
+
+    async def search_sessions(
+        self,
+        *,
+        tenant_id: str | None = None,
+        state: str | None = None,
+        active_after: datetime | None = None,
+        active_before: datetime | None = None,
+        min_priority: int | None = None,
+        max_priority: int | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> Page[SessionRecord]:
+        cv.check_limit(limit)
+        stmt = select(Session)
+        if tenant_id is not None:
+            stmt = stmt.where(Session.tenant_id == tenant_id)
+        if state is not None:
+            stmt = stmt.where(Session.state == cv.one_of(state, cv.SESSION_STATES, "state"))
+        if active_after is not None:
+            stmt = stmt.where(Session.last_active_at >= cv.aware(active_after, "active_after"))
+        if active_before is not None:
+            stmt = stmt.where(Session.last_active_at < cv.aware(active_before, "active_before"))
+        if min_priority is not None:
+            stmt = stmt.where(Session.priority >= min_priority)
+        if max_priority is not None:
+            stmt = stmt.where(Session.priority <= max_priority)
+        async with self._transaction() as db:
+            if after is not None:
+                cursor = await db.scalar(select(Session.last_active_at).where(Session.id == after))
+                if cursor is None:
+                    raise SessionNotFound(after)
+                stmt = stmt.where(
+                    or_(Session.last_active_at < cursor, and_(Session.last_active_at == cursor, Session.id > after))
+                )
+            stmt = stmt.order_by(Session.last_active_at.desc(), Session.id).limit(limit + 1)
+            rows = (await db.scalars(stmt)).all()
+            return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
+
     # turns
 
     async def begin_turn(
@@ -204,6 +260,8 @@ class SqlSessionStore:
         request: Mapping[str, Any],
         received_at: datetime,
         create_session: bool = False,
+        gateway_instance: str | None = None,
+        gateway_run: str | None = None,
     ) -> TurnRecord:
         received_at = cv.aware(received_at, "received_at")
         if create_session:
@@ -218,6 +276,8 @@ class SqlSessionStore:
                 received_at=received_at,
                 create_session=create_session,
                 clock=self._clock,
+                gateway_instance=gateway_instance,
+                gateway_run=gateway_run,
             )
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
@@ -291,7 +351,13 @@ class SqlSessionStore:
             return [cv.turn_record(row, row.tool_calls) for row in rows]
 
     async def fail_pending_turns(
-        self, *, older_than: datetime | None = None, error_message: str, error_type: str = "interrupted"
+        self,
+        *,
+        older_than: datetime | None = None,
+        error_message: str,
+        error_type: str = "interrupted",
+        gateway_instance: str | None = None,
+        except_run: str | None = None,
     ) -> int:
         older_than = cv.aware_or_none(older_than, "older_than")
         async with self._transaction() as db:
@@ -301,6 +367,8 @@ class SqlSessionStore:
                 error_type=error_type,
                 error_message=error_message,
                 now=self._clock(),
+                gateway_instance=gateway_instance,
+                except_run=except_run,
             )
 
     # tool calls
@@ -419,6 +487,61 @@ class SqlSessionStore:
             stmt = stmt.where(Worker.state == state)
         async with self._transaction() as db:
             return [cv.worker_record(row) for row in await db.scalars(stmt)]
+
+    # API keys
+
+    async def create_api_key(
+        self, *, tenant_id: str, name: str, prefix: str, secret_hash: str, created_at: datetime
+    ) -> ApiKeyRecord:
+        async with self._transaction() as db:
+            return await keys.create_api_key(
+                db,
+                self._backend,
+                key_id=cv.new_id("key_"),
+                tenant_id=tenant_id,
+                name=name,
+                prefix=prefix,
+                secret_hash=secret_hash,
+                created_at=cv.aware(created_at, "created_at"),
+            )
+
+    async def find_api_key(self, secret_hash: str) -> ApiKeyRecord | None:
+        async with self._transaction() as db:
+            return await keys.find_api_key(db, secret_hash)
+
+    async def list_api_keys(self, *, tenant_id: str | None = None) -> list[ApiKeyRecord]:
+        async with self._transaction() as db:
+            return list(await keys.list_api_keys(db, tenant_id=tenant_id))
+
+    async def revoke_api_key(self, key_id: str, *, revoked_at: datetime) -> ApiKeyRecord:
+        async with self._transaction() as db:
+            return await keys.revoke_api_key(db, key_id, revoked_at=cv.aware(revoked_at, "revoked_at"))
+
+    # idempotency keys
+
+    async def claim_idempotency_key(
+        self, *, tenant_id: str, key: str, request_hash: str, now: datetime, stale_before: datetime
+    ) -> IdempotencyRecord | None:
+        async with self._transaction() as db:
+            return await idempotency.claim(
+                db,
+                self._backend,
+                tenant_id=tenant_id,
+                key=key,
+                request_hash=request_hash,
+                now=cv.aware(now, "now"),
+                stale_before=cv.aware(stale_before, "stale_before"),
+            )
+
+    async def complete_idempotency_key(
+        self, *, tenant_id: str, key: str, turn_id: str, response: Mapping[str, Any]
+    ) -> None:
+        async with self._transaction() as db:
+            await idempotency.complete(db, tenant_id=tenant_id, key=key, turn_id=turn_id, response=response)
+
+    async def release_idempotency_key(self, *, tenant_id: str, key: str) -> None:
+        async with self._transaction() as db:
+            await idempotency.release(db, tenant_id=tenant_id, key=key)
 
     # lifecycle
 

@@ -81,6 +81,8 @@ async def begin_turn(
     received_at: datetime,
     create_session: bool,
     clock: Callable[[], datetime],
+    gateway_instance: str | None = None,
+    gateway_run: str | None = None,
 ) -> TurnRecord:
     context = await _claim_seq(conn, session_id, tenant_id, received_at)
     if context is None and create_session:
@@ -100,7 +102,7 @@ async def begin_turn(
         "request": dict(request),
         "received_at": received_at,
     }
-    await conn.execute(sql.INSERT_TURN, values)
+    await conn.execute(sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
     await _return_tool_calls(conn, session_id, delta.input_messages, received_at)
     return cv.pending_turn_record(values)
 
@@ -316,11 +318,22 @@ async def list_turns(db: AsyncSession, session_id: str, *, limit: int, after_seq
 
 
 async def fail_pending_turns(
-    db: AsyncSession, *, older_than: datetime | None, error_type: str, error_message: str, now: datetime
+    db: AsyncSession,
+    *,
+    older_than: datetime | None,
+    error_type: str,
+    error_message: str,
+    now: datetime,
+    gateway_instance: str | None = None,
+    except_run: str | None = None,
 ) -> int:
     stmt = update(Turn).where(Turn.status == "pending")
     if older_than is not None:
         stmt = stmt.where(Turn.received_at < older_than)
+    if gateway_instance is not None:
+        stmt = stmt.where(Turn.gateway_instance == gateway_instance)
+        if except_run is not None:
+            stmt = stmt.where(Turn.gateway_run != except_run)
     failed = await db.scalars(
         stmt.values(status="failed", error={"type": error_type, "message": error_message}, ended_at=now)
         .returning(Turn.id)

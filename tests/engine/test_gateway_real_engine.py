@@ -68,7 +68,9 @@ class _LifespanState:
 
 @pytest.fixture
 async def gateway(worker: WorkerProcess, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    settings = GatewaySettings(workers=(worker.url,), database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}")
+    settings = GatewaySettings(
+        allow_unauthenticated=True, workers=(worker.url,), database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}"
+    )
     app = create_app(settings)
     async with (
         app.router.lifespan_context(app) as state,

@@ -65,6 +65,7 @@ async def running_gateway(tmp_path: Path, *, real_network: bool = False, **setti
         "workers": WORKER_URLS,
         "database_url": database_url,
         "health_interval_s": 0.05,
+        "allow_unauthenticated": True,
         **settings,
     }
     app = create_app(GatewaySettings(**options), worker_transport=None if real_network else transport)

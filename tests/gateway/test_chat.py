@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import orjson
 import pytest
 
@@ -41,7 +44,12 @@ async def test_non_streamed_turn_is_answered_and_recorded(gateway: Gateway) -> N
     assert timings["received_at"] <= timings["dispatched_at"] <= timings["ended_at"]
 
 
-async def test_second_turn_records_only_new_messages_and_cached_tokens(gateway: Gateway) -> None:
+async def test_second_turn_records_only_new_messages_and_cached_tokens(make_gateway: Callable[..., Any]) -> None:
+    async with make_gateway(routing_policy="round_robin") as gateway:
+        await _second_turn_from_the_pool(gateway)
+
+
+async def _second_turn_from_the_pool(gateway: Gateway) -> None:
     first = await gateway.client.post(
         "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "s-2"}
     )
@@ -54,7 +62,7 @@ async def test_second_turn_records_only_new_messages_and_cached_tokens(gateway: 
     usage = second.json()["usage"]
     cached = usage["prompt_tokens_details"]["cached_tokens"]
     assert cached > 0
-    # Turn 2 went to the other idle worker: its prefix came from the shared pool, not its device.
+    # Round robin sent turn 2 to the other worker: its prefix came from the shared pool, not its device.
     details = usage["prompt_tokens_details"]["cached_tokens_details"]
     assert first.headers["x-sessiongate-worker"] != second.headers["x-sessiongate-worker"]
     assert details["storage"] == cached

@@ -54,7 +54,9 @@ async def _serve(app: Any, port: int | None = None) -> AsyncIterator[str]:
 async def stack(tmp_path: Path) -> AsyncIterator[tuple[str, FakeWorkerBehaviour]]:
     behaviour = FakeWorkerBehaviour(token_delay_s=0.05)
     async with _serve(create_fake_worker(behaviour)) as worker_url:
-        settings = GatewaySettings(workers=(worker_url,), database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}")
+        settings = GatewaySettings(
+            allow_unauthenticated=True, workers=(worker_url,), database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}"
+        )
         async with _serve(create_app(settings)) as gateway_url:
             yield gateway_url, behaviour
 
@@ -116,6 +118,7 @@ async def test_client_hanging_up_mid_stream_is_recorded_as_cancelled(stack: tupl
 async def test_worker_that_stops_answering_gives_502_and_leaves_the_pool(tmp_path: Path) -> None:
     worker_port = _free_port()
     settings = GatewaySettings(
+        allow_unauthenticated=True,
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
         health_interval_s=3600,
         workers=(f"http://127.0.0.1:{worker_port}",),
@@ -144,7 +147,9 @@ async def test_worker_that_stops_answering_gives_502_and_leaves_the_pool(tmp_pat
 
 async def test_worker_down_at_start_is_not_routable(tmp_path: Path) -> None:
     settings = GatewaySettings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}", workers=(f"http://127.0.0.1:{_free_port()}",)
+        allow_unauthenticated=True,
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        workers=(f"http://127.0.0.1:{_free_port()}",),
     )
     async with _serve(create_app(settings)) as gateway_url, httpx.AsyncClient(base_url=gateway_url) as client:
         ready = await client.get("/readyz")

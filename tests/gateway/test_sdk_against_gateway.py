@@ -59,11 +59,16 @@ async def test_duplicate_session_is_a_conflict_without_retries(sdk: AsyncSession
 
 async def test_sdk_retries_a_503_until_a_worker_is_back(gateway: Gateway, sdk: AsyncSessionGate) -> None:
     pool = gateway.state.workers
+    # The workers fail their health checks too, so the health loop cannot bring them back before the request.
+    for behaviour in gateway.workers.values():
+        behaviour.healthy = False
     for worker in pool.workers:
         worker.healthy = False
 
     async def worker_recovers(seconds: float) -> None:
         sdk.sleeps.append(seconds)  # type: ignore[attr-defined]
+        for behaviour in gateway.workers.values():
+            behaviour.healthy = True
         for worker in pool.workers:
             worker.healthy = True
 

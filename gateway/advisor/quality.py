@@ -1,0 +1,71 @@
+"""The adaptive rule: hints that are mostly wasted get cheaper advisories.
+
+Every settled advisory is remembered under three keys: its session, its tenant and its signal kind. For each key
+with at least `min_samples` outcomes in the last `window_s` seconds, the waste ratio is
+
+    wasted / (used + late + wasted)
+
+("late" counts as a good hint: the request did come, only sooner than the prefetch could finish). A key whose
+ratio reaches `host_only_at` (0.5) makes its advisories prefetch into the host tier only, which costs host memory
+and a pool read but never device memory nor a device copy; one that reaches `none_at` (0.8) stops them: the
+signal is acknowledged and ignored. The strictest of the three keys wins, so a noisy session is tamed without
+taxing its tenant, and a kind of signal that misleads everyone is tamed everywhere. Outcomes older than the
+window fall out, so a silenced key is tried again (at the host tier first) once `window_s` has passed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["HintQuality", "Tier"]
+
+Tier = Literal["device", "host", "none"]
+_ORDER: dict[Tier, int] = {"device": 0, "host": 1, "none": 2}
+
+
+@dataclass(slots=True)
+class HintQuality:
+    window_s: float = 600.0
+    min_samples: int = 5
+    host_only_at: float = 0.5
+    none_at: float = 0.8
+    max_samples: int = 50
+    max_keys: int = 100_000
+    _outcomes: dict[tuple[str, str], deque[tuple[float, bool]]] = field(default_factory=dict)
+
+    @staticmethod
+    def keys(session_id: str, tenant_id: str, kind: str) -> tuple[tuple[str, str], ...]:
+        return (("session", session_id), ("tenant", tenant_id), ("kind", kind))
+
+    def record(self, session_id: str, tenant_id: str, kind: str, outcome: str, now: float) -> None:
+        if outcome not in ("used", "late", "wasted"):
+            return
+        for key in self.keys(session_id, tenant_id, kind):
+            samples = self._outcomes.setdefault(key, deque(maxlen=self.max_samples))
+            samples.append((now, outcome == "wasted"))
+        while len(self._outcomes) > self.max_keys:  # soft state: the oldest keys go first
+            del self._outcomes[next(iter(self._outcomes))]
+
+    def waste_ratio(self, key: tuple[str, str], now: float) -> float | None:
+        samples = self._outcomes.get(key)
+        if samples is None:
+            return None
+        while samples and now - samples[0][0] > self.window_s:
+            samples.popleft()
+        if len(samples) < self.min_samples:
+            return None
+        return sum(wasted for _, wasted in samples) / len(samples)
+
+    def tier(self, session_id: str, tenant_id: str, kind: str, now: float) -> Tier:
+        """The tier an advisory for this hint may prefetch into ("none": do not advise)."""
+        tier: Tier = "device"
+        for key in self.keys(session_id, tenant_id, kind):
+            ratio = self.waste_ratio(key, now)
+            if ratio is None:
+                continue
+            level: Tier = "none" if ratio >= self.none_at else "host" if ratio >= self.host_only_at else "device"
+            if _ORDER[level] > _ORDER[tier]:
+                tier = level
+        return tier

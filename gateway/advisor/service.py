@@ -1,0 +1,310 @@
+"""The advisor: turns signals into advisory prefetches, and settles each advisory's outcome in the store.
+
+On a signal it picks the worker the router would pick now, leaves a reservation, and asks that worker to
+prefetch the session's context (`store.session_context` plus the tools of the last turn, with the session's
+priority and a ttl). The bookkeeping is `AdvisorBook` (pure); this class adds the I/O, all of it in background
+tasks: nothing the chat path calls here awaits anything, and no advisor failure reaches a user's turn (store
+and worker errors are logged and the advisory is marked failed, which drops its reservation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+import sessions
+from gateway.errors import UpstreamError, WorkerRejected
+from gateway.extension import ExtensionClient
+from gateway.router import Router
+from gateway.routing import Reservation
+from sglang_ext.protocol import PrefetchRequest
+
+from .core import AdvisorBook, Claim, LiveAdvisory, settle
+from .quality import HintQuality
+from .stats import AdvisoryStats
+
+__all__ = ["Advisor"]
+
+log = structlog.get_logger(__name__)
+
+_TERMINAL = ("done", "cancelled", "failed", "expired")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Advisor:
+    def __init__(
+        self,
+        *,
+        store: sessions.SessionStore,
+        router: Router,
+        extension: ExtensionClient,
+        ttl_s: float = 30.0,
+        stop_grace_s: float = 3.0,
+        lead_s: float = 1.0,
+        tool_result_trigger: str = "last",
+        poll_interval_s: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = _utcnow,
+        cache_salt_for: Callable[[str], str] | None = None,
+    ) -> None:
+        # The tenant's cache salt is part of every KV key: a prefetch without the salt the real request
+        # carries would bring pages the request can never hit.
+        self.cache_salt_for = cache_salt_for
+        self.store = store
+        self.router = router
+        self.extension = extension
+        self.book = AdvisorBook(ttl_s=ttl_s, stop_grace_s=stop_grace_s)
+        self.quality = HintQuality()
+        self.stats = AdvisoryStats()
+        self.lead_s = lead_s
+        self.tool_result_trigger = tool_result_trigger
+        self.poll_interval_s = poll_interval_s
+        self.clock = clock
+        self.wall = wall
+        self._claims: dict[str, Claim] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # background work
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def run(self, interval_s: float = 0.05) -> None:
+        """Fire scheduled advisories and settle expired ones, forever; cancelled at shutdown."""
+        while True:
+            self.tick()
+            await asyncio.sleep(interval_s)
+
+    def tick(self) -> None:
+        now = self.clock()
+        for advisory in self.book.due(now):
+            self._spawn(self._fire(advisory))
+        for advisory in self.book.expire(now):
+            outcome = "cancelled" if advisory.stopped else "wasted"
+            self._settle(advisory, outcome, turn_id=None)
+            if advisory.prefetch_id and advisory.worker_url and advisory.ready_at is None:
+                self._spawn(self._cancel_prefetch(advisory))
+
+    # signals
+
+    def reservation(self, session_id: str) -> Reservation | None:
+        return self.book.reservation(session_id, self.clock())
+
+    async def signal(
+        self, session_id: str, tenant_id: str, kind: str, *, expected_in_s: float | None = None
+    ) -> dict[str, Any]:
+        """Handle one signal; returns what was done, for the signal's HTTP answer."""
+        now = self.clock()
+        fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
+        refreshed = self.book.refresh(session_id, now, fire_in_s=fire_in_s)
+        if refreshed is not None:
+            return self._answer(refreshed, "refreshed", now)
+        tier = self.quality.tier(session_id, tenant_id, kind, now)
+        if tier == "none":
+            self.stats.skipped(kind)
+            log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
+            return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
+        worker = self.router.choose(session_id, tenant_id)
+        if worker is None:
+            return {"object": "advisory", "state": "skipped", "reason": "no_routable_worker"}
+        ttl_s = self.book.ttl_s + (expected_in_s or 0.0)
+        wall = self.wall()
+        record = await self.store.create_advisory(
+            session_id,
+            tenant_id=tenant_id,
+            kind=kind,
+            target_worker=worker.id,
+            created_at=wall,
+            expires_at=wall + timedelta(seconds=ttl_s),
+            detail={"target": tier, "expected_in_ms": None if expected_in_s is None else round(expected_in_s * 1000)},
+        )
+        advisory = LiveAdvisory(
+            id=record.id,
+            session_id=session_id,
+            tenant_id=tenant_id,
+            kind=kind,
+            worker_id=worker.id,
+            worker_url=worker.url,
+            target=tier,
+            created_at=now,
+            fire_at=now + fire_in_s,
+            expires_at=now + ttl_s,
+        )
+        self.book.add(advisory)
+        for due in self.book.due(now):
+            self._spawn(self._fire(due))
+        log.info("advisory_created", advisory_id=record.id, kind=kind, worker=worker.id, target=tier)
+        return self._answer(advisory, "fired" if advisory.fired else "scheduled", now)
+
+    def stopped(self, session_id: str) -> dict[str, Any]:
+        now = self.clock()
+        advisory = self.book.stop(session_id, now)
+        if advisory is None:
+            return {"object": "advisory", "state": "none"}
+        return self._answer(advisory, "stopping", now)
+
+    def _answer(self, advisory: LiveAdvisory, state: str, now: float) -> dict[str, Any]:
+        return {
+            "object": "advisory",
+            "id": advisory.id,
+            "state": state,
+            "kind": advisory.kind,
+            "worker": advisory.worker_id,
+            "target": advisory.target,
+            "expires_in_s": round(max(advisory.expires_at - now, 0.0), 3),
+        }
+
+    # the chat path (synchronous: never delays a turn)
+
+    def on_request(self, session_id: str, tenant_id: str, turn_id: str, turn_seq: int, worker_id: str) -> None:
+        claim = self.book.claim(session_id, worker_id, self.clock())
+        if claim is not None:
+            self._claims[turn_id] = claim
+            self.stats.claimed += 1
+        elif turn_seq > 1:
+            self.stats.missed += 1
+            self._spawn(self._record_missed(session_id, tenant_id, turn_id))
+
+    def on_turn_end(
+        self,
+        session_id: str,
+        tenant_id: str,
+        turn_id: str,
+        *,
+        cache_details: Mapping[str, Any] | None,
+        tool_names: Sequence[str] = (),
+    ) -> None:
+        claim = self._claims.pop(turn_id, None)
+        if claim is not None:
+            self._settle(claim.advisory, settle(claim, cache_details), turn_id=turn_id, lead_s=claim.lead_s)
+        if tool_names:
+            expected = self.book.expected_tool_s(list(tool_names))
+            self._spawn(self._signal_quietly(session_id, tenant_id, "tool_call", expected))
+
+    async def on_tool_result(self, call: sessions.ToolCallRecord, tenant_id: str) -> dict[str, Any] | None:
+        """A tool result was posted: learn its duration; advise at the first or the last of the turn's calls."""
+        if call.duration_ms is not None:
+            self.book.record_tool_duration(call.name, call.duration_ms / 1000)
+        pending = await self.store.pending_tool_calls(call.session_id, tenant_id=tenant_id)
+        left = [c for c in pending if c.turn_id == call.turn_id]
+        if self.tool_result_trigger == "last" and left:
+            return None
+        return await self.signal(call.session_id, tenant_id, "tool_result")
+
+    # I/O, in background tasks
+
+    async def _signal_quietly(self, session_id: str, tenant_id: str, kind: str, expected_in_s: float | None) -> None:
+        try:
+            await self.signal(session_id, tenant_id, kind, expected_in_s=expected_in_s)
+        except sessions.StoreError as exc:
+            log.warning("advisory_not_created", kind=kind, error=str(exc))
+
+    async def _fire(self, advisory: LiveAdvisory) -> None:
+        try:
+            await self._prefetch(advisory)
+        except (UpstreamError, sessions.StoreError) as exc:
+            advisory.failed = True
+            unsupported = isinstance(exc, WorkerRejected) and exc.status_code == 404
+            log.info("prefetch_failed", advisory_id=advisory.id, worker=advisory.worker_id, unsupported=unsupported)
+
+    async def _prefetch(self, advisory: LiveAdvisory) -> None:
+        session_id, tenant_id = advisory.session_id, advisory.tenant_id
+        context = await self.store.session_context(session_id, tenant_id=tenant_id)
+        if not context:
+            advisory.ready_at = self.clock()  # nothing to bring: the reservation alone
+            return
+        record = await self.store.get_session(session_id, tenant_id=tenant_id)
+        tools = await self._last_tools(session_id, tenant_id, record.turn_count)
+        request = PrefetchRequest(
+            session_id=session_id,
+            messages=context,
+            tools=tools,
+            priority=record.priority,
+            ttl_ms=max(int((advisory.expires_at - self.clock()) * 1000), 1),
+            target="host" if advisory.target == "host" else "device",
+            cache_salt=self.cache_salt_for(tenant_id) if self.cache_salt_for else None,
+        )
+        url = advisory.worker_url or ""
+        accepted = await self.extension.prefetch(advisory.worker_id, url, request)
+        advisory.prefetch_id, advisory.tokens = accepted.prefetch_id, accepted.tokens
+        state, status = accepted.state, None
+        while state not in _TERMINAL and self.book.live.get(session_id) is advisory:
+            await asyncio.sleep(self.poll_interval_s)
+            status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
+            state = status.state
+        if state == "done":
+            advisory.ready_at = self.clock()
+            if status is None:  # done on arrival: read what it brought
+                status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
+            advisory.bytes_loaded = status.bytes_loaded
+            # The context's full pages are on device, in host, or found nowhere (its tail: a prefix cache).
+            found = status.pages_on_device + status.pages_in_host
+            pages = found + status.pages_unavailable
+            resident = round(status.tokens * found / pages) if pages else 0
+            self.router.belief.after_prefetch(
+                session_id, advisory.worker_id, tokens=resident, tier=status.target, now=self.clock()
+            )
+            log.info(
+                "prefetch_done",
+                advisory_id=advisory.id,
+                worker=advisory.worker_id,
+                resident_tokens=resident,
+                pages_on_device=status.pages_on_device,
+                pages_in_host=status.pages_in_host,
+                pages_unavailable=status.pages_unavailable,
+            )
+        elif state in _TERMINAL:
+            advisory.failed = True
+
+    async def _last_tools(self, session_id: str, tenant_id: str, turn_count: int) -> list[dict[str, Any]] | None:
+        turns = await self.store.list_turns(session_id, tenant_id=tenant_id, after_seq=max(turn_count - 1, 0), limit=1)
+        tools = turns[-1].request.get("tools") if turns else None
+        return tools if isinstance(tools, list) and tools else None
+
+    async def _cancel_prefetch(self, advisory: LiveAdvisory) -> None:
+        assert advisory.prefetch_id is not None
+        assert advisory.worker_url is not None
+        try:
+            await self.extension.cancel_prefetch(advisory.worker_id, advisory.worker_url, advisory.prefetch_id)
+        except UpstreamError as exc:
+            log.debug("prefetch_cancel_failed", advisory_id=advisory.id, error=exc.message)
+
+    def _settle(
+        self, advisory: LiveAdvisory, outcome: str, *, turn_id: str | None, lead_s: float | None = None
+    ) -> None:
+        self.quality.record(advisory.session_id, advisory.tenant_id, advisory.kind, outcome, self.clock())
+        self.stats.settled(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
+        log.info("advisory_settled", advisory_id=advisory.id, kind=advisory.kind, outcome=outcome)
+        self._spawn(self._resolve(advisory.id, outcome, turn_id))
+
+    async def _resolve(self, advisory_id: str, outcome: str, turn_id: str | None) -> None:
+        try:
+            await self.store.resolve_advisory(advisory_id, outcome=outcome, resolved_at=self.wall(), turn_id=turn_id)
+        except sessions.StoreError as exc:
+            log.warning("advisory_not_resolved", advisory_id=advisory_id, error=str(exc))
+
+    async def _record_missed(self, session_id: str, tenant_id: str, turn_id: str) -> None:
+        """A follow-up request that no advisory foresaw: recorded as an advisory of kind "none", missed."""
+        wall = self.wall()
+        try:
+            record = await self.store.create_advisory(
+                session_id, tenant_id=tenant_id, kind="none", target_worker=None, created_at=wall, expires_at=wall
+            )
+            await self.store.resolve_advisory(record.id, outcome="missed", resolved_at=wall, turn_id=turn_id)
+        except sessions.StoreError as exc:
+            log.warning("advisory_not_recorded", outcome="missed", error=str(exc))

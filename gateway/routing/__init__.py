@@ -1,0 +1,48 @@
+"""Choosing a worker for a request: pure policies over immutable views, and the beliefs they read.
+
+Nothing here does I/O or reads a clock, so the same objects drive the gateway and the cluster simulator.
+`make_policy(name, ...)` builds a policy by its setting name (`SESSIONGATE_ROUTING_POLICY`).
+"""
+
+from __future__ import annotations
+
+from .belief import KVBelief
+from .cache_aware import CacheAware
+from .cost import CostModel, Placement, split_prompt
+from .policies import KVAware, LeastLoaded, RoundRobin, RoutingPolicy, Sticky
+from .views import KVResidency, Reservation, RouteRequest, WorkerView
+
+__all__ = [
+    "POLICY_NAMES",
+    "CacheAware",
+    "CostModel",
+    "KVAware",
+    "KVBelief",
+    "KVResidency",
+    "LeastLoaded",
+    "Placement",
+    "Reservation",
+    "RoundRobin",
+    "RouteRequest",
+    "RoutingPolicy",
+    "Sticky",
+    "WorkerView",
+    "make_policy",
+    "split_prompt",
+]
+
+POLICY_NAMES = ("round_robin", "least_loaded", "sticky", "cache_aware", "kv_aware")
+
+
+def make_policy(name: str, *, cost: CostModel | None = None, reservation_margin_s: float = 0.25) -> RoutingPolicy:
+    if name == "round_robin":
+        return RoundRobin()
+    if name == "least_loaded":
+        return LeastLoaded()
+    if name == "sticky":
+        return Sticky()
+    if name == "cache_aware":
+        return CacheAware()
+    if name == "kv_aware":
+        return KVAware(cost, reservation_margin_s=reservation_margin_s)
+    raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,86 @@
+"""The cost model behind `kv_aware` routing: seconds until a request's first token on a given worker.
+
+Two terms, both in seconds, so they add up:
+
+    wait(w)     = queued(w) * typical_prefill_tokens / prefill_tps(w) + running(w) / decode_tps(w)
+    resident(w) = host_tokens * kv_bytes_per_token / host_to_device_bytes_per_s
+                + pool_tokens * kv_bytes_per_token / pool_to_device_bytes_per_s
+                + recompute_tokens / prefill_tps(w)
+
+Each request queued ahead (the report's queue, plus what the gateway sent since the report) delays our first token
+by the prefill work of a typical request; the running batch delays it by about one decode step, `running /
+decode_tps` (decode_tps is the batch's aggregate rate), because continuous batching admits a newcomer at the next
+step. A worker without a load report has only the gateway's in-flight count, all of it counted as queued.
+The prompt is split by where its leading tokens are believed to be: on `w`'s device (free), in `w`'s host tier
+(a PCIe copy), in the shared pool (a pool read), or nowhere (recomputed at `w`'s prefill rate). Throughputs come
+from the workers' load reports when they have one, else from the configured default; transfer rates and the
+KV size per token are settings (they depend on the model and the hardware, not on load).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .views import KVResidency, WorkerView
+
+__all__ = ["CostModel", "Placement", "split_prompt"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """How many of a prompt's tokens are found in each tier of one worker (they sum to the prompt)."""
+
+    device: int
+    host: int
+    pool: int
+    recompute: int
+
+
+def split_prompt(prompt_tokens: int, kv: KVResidency, worker_id: str) -> Placement:
+    """Split a prompt by the fastest tier holding each of its leading tokens, as seen from `worker_id`."""
+    on_device = min(kv.device.get(worker_id, 0), prompt_tokens)
+    in_host = min(max(kv.host.get(worker_id, 0), on_device), prompt_tokens)
+    in_pool = min(max(kv.pool, in_host), prompt_tokens)
+    return Placement(
+        device=on_device,
+        host=in_host - on_device,
+        pool=in_pool - in_host,
+        recompute=prompt_tokens - in_pool,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    typical_prefill_tokens: int = 512
+    default_prefill_tokens_per_s: float = 4000.0
+    default_decode_tokens_per_s: float = 1000.0
+    kv_bytes_per_token: int = 131_072
+    host_to_device_bytes_per_s: float = 16e9
+    pool_to_device_bytes_per_s: float = 2e9
+
+    def prefill_rate(self, worker: WorkerView) -> float:
+        reported = worker.prefill_tokens_per_s
+        return reported if reported and reported > 0 else self.default_prefill_tokens_per_s
+
+    def decode_rate(self, worker: WorkerView) -> float:
+        reported = worker.decode_tokens_per_s
+        return reported if reported and reported > 0 else self.default_decode_tokens_per_s
+
+    def wait_s(self, worker: WorkerView) -> float:
+        if worker.running is None or worker.queued is None:
+            queued, running = worker.in_flight, 0
+        else:
+            queued, running = worker.queued + worker.in_flight_since_report, worker.running
+        return queued * self.typical_prefill_tokens / self.prefill_rate(worker) + running / self.decode_rate(worker)
+
+    def resident_s(self, placement: Placement, worker: WorkerView) -> float:
+        bytes_per_token = self.kv_bytes_per_token
+        return (
+            placement.host * bytes_per_token / self.host_to_device_bytes_per_s
+            + placement.pool * bytes_per_token / self.pool_to_device_bytes_per_s
+            + placement.recompute / self.prefill_rate(worker)
+        )
+
+    def score_s(self, prompt_tokens: int, kv: KVResidency, worker: WorkerView) -> float:
+        """Expected seconds to this request's first token on `worker` (lower is better)."""
+        return self.wait_s(worker) + self.resident_s(split_prompt(prompt_tokens, kv, worker.id), worker)

@@ -1,0 +1,132 @@
+"""An advisory prefetch between two real SGLang CPU workers sharing one KV pool (tiny model).
+
+Both workers serve the same model (KV keys, and so the pool, are per model). Turn 1 runs on one worker, which
+writes its KV through to the shared pool. That worker is drained, so the advisor
+(asked by an explicit hint) picks the other one and asks it to prefetch the session's context from the pool; once
+the worker says the prefetch is done, the worker is undrained and turn 2 follows the reservation to the other
+worker, finding its prefix there instead of recomputing it. The advisory is recorded as used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+
+pytestmark = [pytest.mark.engine, pytest.mark.anyio]
+
+ADMIN = {"authorization": "Bearer admin"}
+SYSTEM = "You are a travel assistant. " + " ".join(f"Rule {i}: answer briefly, cite guide page {i}." for i in range(40))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
+    root = tmp_path_factory.mktemp("advisor-engine")
+    pool = root / "pool"
+    first = WorkerConfig(state_dir=root / "w1", port=_free_port(), pool_dir=pool)
+    processes = [start_worker(first)]
+    try:
+        processes[0].wait_ready(300)
+        # The same model (the first worker generated it): KV keys, and so the shared pool, are per model.
+        model = first.state_dir / "models" / first.model_size
+        processes.append(
+            start_worker(WorkerConfig(state_dir=root / "w2", port=_free_port(), pool_dir=pool, model_path=model))
+        )
+        processes[1].wait_ready(300)
+        yield processes[0], processes[1]
+    finally:
+        for process in processes:
+            process.stop()
+
+
+class _LifespanState:
+    def __init__(self, app: Any, state: dict[str, Any]) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope["state"] = dict(self.state)
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture
+async def gateway(workers: tuple[WorkerProcess, WorkerProcess], tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = GatewaySettings(
+        allow_unauthenticated=True,
+        admin_key="admin",
+        workers=tuple(w.url for w in workers),
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        advisory_ttl_s=120.0,
+    )
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app) as state,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=_LifespanState(app, state)), base_url="http://gateway", timeout=120
+        ) as client,
+    ):
+        yield client
+
+
+async def test_explicit_hint_moves_the_kv_to_the_other_worker(gateway: httpx.AsyncClient) -> None:
+    headers = {"X-Session-Id": "engine-advisory"}
+    base = {"model": "tiny", "max_tokens": 8, "temperature": 0}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Three days in Lisbon: what first?"},
+    ]
+    first = await gateway.post("/v1/chat/completions", json={**base, "messages": messages}, headers=headers)
+    assert first.status_code == 200, first.text
+    home = first.headers["x-sessiongate-worker"]
+    messages.append({"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]})
+
+    # The worker writes the turn's KV through to the pool in the background: give it the moment a user takes to
+    # read the answer before typing again.
+    await asyncio.sleep(3)
+    assert (await gateway.post(f"/v1/admin/workers/{home}/drain", headers=ADMIN)).status_code == 200
+    hint = await gateway.post("/v1/sessions/engine-advisory/advise", json={})
+    assert hint.status_code == 202, hint.text
+    target = hint.json()["worker"]
+    assert target != home
+
+    deadline = time.monotonic() + 60
+    while True:
+        shown = (await gateway.get("/v1/admin/sessions/engine-advisory", headers=ADMIN)).json()
+        if shown["kv"]["device"].get(target):
+            break  # the worker reported the prefetch done
+        assert time.monotonic() < deadline, shown
+        await asyncio.sleep(0.2)
+    assert (await gateway.post(f"/v1/admin/workers/{home}/undrain", headers=ADMIN)).status_code == 200
+
+    messages.append({"role": "user", "content": "And what should I eat?"})
+    second = await gateway.post("/v1/chat/completions", json={**base, "messages": messages}, headers=headers)
+    assert second.status_code == 200, second.text
+    assert second.headers["x-sessiongate-worker"] == target
+    details = second.json()["usage"]["prompt_tokens_details"]["cached_tokens_details"]
+    assert details["device"] + details["host"] > 0  # found on the target, not recomputed nor read at request time
+
+    deadline = time.monotonic() + 30
+    while True:
+        advisories = (await gateway.get("/v1/admin/sessions/engine-advisory", headers=ADMIN)).json()["advisories"]
+        if advisories and advisories[0]["outcome"] != "pending":
+            break
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    assert advisories[0]["kind"] == "explicit"
+    assert advisories[0]["outcome"] == "used"

@@ -1,0 +1,20 @@
+"""The load test, short (seconds): concurrent sessions, streamed and not, through a real gateway process in front
+of fake worker processes; no errors, and every answered turn is a row in the store (nothing lost, nothing
+left pending)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.load_test import LoadConfig, run_load
+
+
+def test_short_load_loses_nothing(tmp_path: Path) -> None:
+    report = run_load(LoadConfig(sessions=30, duration_s=3.0, workers=2, baseline_requests=60), work_dir=tmp_path)
+    assert report.errors == {}
+    assert report.turns_ok == report.turns_sent > 30
+    assert report.rows["turns_ok"] == report.turns_ok
+    assert "turns_pending" not in report.rows
+    assert report.rows["sessions"] == 30
+    assert report.latency_ms["p99"] > 0
+    assert report.rss_mb

@@ -1,0 +1,83 @@
+"""Fixtures for the security tests: the real gateway app on a real SQLite store, keys required, an admin key,
+one fake worker speaking SGLang's HTTP API in-process (benchmarks.fake_worker)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+
+ADMIN_KEY = "admin-secret-for-tests"
+WORKER_URL = "http://worker-a:30000"
+
+
+class _WithLifespanState:
+    def __init__(self, app: ASGIApp, state: dict[str, Any]) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["state"] = dict(self.state)
+        await self.app(scope, receive, send)
+
+
+@dataclass
+class SecureGateway:
+    client: httpx.AsyncClient
+    worker: FakeWorkerBehaviour
+    state: Any
+
+    async def new_key(self, tenant: str) -> str:
+        answer = await self.client.post("/v1/admin/keys", json={"tenant": tenant}, headers=admin())
+        assert answer.status_code == 201, answer.text
+        key: str = answer.json()["key"]
+        return key
+
+
+def admin() -> dict[str, str]:
+    return {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+@contextlib.asynccontextmanager
+async def secure_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[SecureGateway]:
+    behaviour = FakeWorkerBehaviour()
+    transport = httpx.ASGITransport(app=create_fake_worker(behaviour), raise_app_exceptions=False)
+    options: dict[str, Any] = {
+        "workers": (WORKER_URL,),
+        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}",
+        "health_interval_s": 0.05,
+        "admin_key": ADMIN_KEY,
+        **settings,
+    }
+    app = create_app(GatewaySettings(**options), worker_transport=transport)
+    async with app.router.lifespan_context(app) as state:
+        served = _WithLifespanState(app, state)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://gateway") as client:
+            yield SecureGateway(client, behaviour, state["gateway"])
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[SecureGateway]:
+    async with secure_gateway(tmp_path) as gw:
+        yield gw
+
+
+@pytest.fixture
+def make_gateway(tmp_path: Path) -> Callable[..., contextlib.AbstractAsyncContextManager[SecureGateway]]:
+    def make(**settings: Any) -> contextlib.AbstractAsyncContextManager[SecureGateway]:
+        return secure_gateway(tmp_path, **settings)
+
+    return make
