@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             gateway_url = f"http://127.0.0.1:{args.gateway_port}"
             env = {
                 **os.environ,
+                "SESSIONGATE_ALLOW_UNAUTHENTICATED": "1",  # a local benchmark: no keys
                 "SESSIONGATE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/bench.db",
                 "SESSIONGATE_LOG_LEVEL": "warning",
             }
