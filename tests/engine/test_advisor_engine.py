@@ -10,9 +10,8 @@ worker, finding its prefix there instead of recomputing it. The advisory is reco
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,25 +28,20 @@ ADMIN = {"authorization": "Bearer admin"}
 SYSTEM = "You are a travel assistant. " + " ".join(f"Rule {i}: answer briefly, cite guide page {i}." for i in range(40))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
+def workers(
+    tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
+) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
     root = tmp_path_factory.mktemp("advisor-engine")
     pool = root / "pool"
-    first = WorkerConfig(state_dir=root / "w1", port=_free_port(), pool_dir=pool)
+    first = WorkerConfig(state_dir=root / "w1", port=free_port(), pool_dir=pool)
     processes = [start_worker(first)]
     try:
         processes[0].wait_ready(300)
         # The same model (the first worker generated it): KV keys, and so the shared pool, are per model.
         model = first.state_dir / "models" / first.model_size
         processes.append(
-            start_worker(WorkerConfig(state_dir=root / "w2", port=_free_port(), pool_dir=pool, model_path=model))
+            start_worker(WorkerConfig(state_dir=root / "w2", port=free_port(), pool_dir=pool, model_path=model))
         )
         processes[1].wait_ready(300)
         yield processes[0], processes[1]
@@ -56,17 +50,10 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WorkerPr
             process.stop()
 
 
-class _LifespanState:
-    def __init__(self, app: Any, state: dict[str, Any]) -> None:
-        self.app, self.state = app, state
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        scope["state"] = dict(self.state)
-        await self.app(scope, receive, send)
-
-
 @pytest.fixture
-async def gateway(workers: tuple[WorkerProcess, WorkerProcess], tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway(
+    workers: tuple[WorkerProcess, WorkerProcess], tmp_path: Path, open_gateway: Callable[..., Any]
+) -> AsyncIterator[httpx.AsyncClient]:
     settings = GatewaySettings(
         allow_unauthenticated=True,
         admin_key="admin",
@@ -75,12 +62,7 @@ async def gateway(workers: tuple[WorkerProcess, WorkerProcess], tmp_path: Path) 
         advisory_ttl_s=120.0,
     )
     app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app) as state,
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=_LifespanState(app, state)), base_url="http://gateway", timeout=120
-        ) as client,
-    ):
+    async with open_gateway(app) as client:
         yield client
 
 

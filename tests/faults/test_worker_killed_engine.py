@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +20,11 @@ from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 pytestmark = pytest.mark.engine
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
+def workers(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[list[WorkerProcess]]:
     state = tmp_path_factory.mktemp("engine")
     started = [
-        start_worker(WorkerConfig(state_dir=state / str(i), port=_free_port(), pool_dir=state / "pool"))
+        start_worker(WorkerConfig(state_dir=state / str(i), port=free_port(), pool_dir=state / "pool"))
         for i in range(2)
     ]
     try:

@@ -6,8 +6,7 @@ The gateway runs in-process (real ASGI app, real SQLite store, real HTTP to the 
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,9 @@ ADMIN = {"authorization": "Bearer admin-for-engine-test"}
 LONG = "You are a careful assistant. " + " ".join(f"Fact {i}: the archive shelf {i} holds maps." for i in range(40))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
-    process = start_worker(WorkerConfig(state_dir=tmp_path_factory.mktemp("engine"), port=_free_port()))
+def worker(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[WorkerProcess]:
+    process = start_worker(WorkerConfig(state_dir=tmp_path_factory.mktemp("engine"), port=free_port()))
     try:
         process.wait_ready(300)
         yield process
@@ -41,17 +33,10 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
         process.stop()
 
 
-class _LifespanState:
-    def __init__(self, app: Any, state: dict[str, Any]) -> None:
-        self.app, self.state = app, state
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        scope["state"] = dict(self.state)
-        await self.app(scope, receive, send)
-
-
 @pytest.fixture
-async def gateway(worker: WorkerProcess, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway(
+    worker: WorkerProcess, tmp_path: Path, open_gateway: Callable[..., Any]
+) -> AsyncIterator[httpx.AsyncClient]:
     settings = GatewaySettings(
         workers=(worker.url,),
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
@@ -59,12 +44,7 @@ async def gateway(worker: WorkerProcess, tmp_path: Path) -> AsyncIterator[httpx.
         cache_salt_secret="engine-test-secret",
     )
     app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app) as state,
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=_LifespanState(app, state)), base_url="http://gateway", timeout=120
-        ) as client,
-    ):
+    async with open_gateway(app) as client:
         yield client
 
 
