@@ -15,9 +15,10 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select, text, update
+from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, text, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import InstrumentedAttribute
 
 from . import _convert as cv
 from . import _statements as sql
@@ -143,18 +144,9 @@ class SqlSessionStore:
         if state is not None:
             stmt = stmt.where(Session.state == cv.one_of(state, cv.SESSION_STATES, "state"))
         async with self._transaction() as db:
-            if after is not None:
-                cursor = await db.scalar(
-                    select(Session.created_at).where(Session.id == after, Session.tenant_id == tenant_id)
-                )
-                if cursor is None:
-                    raise SessionNotFound(after)
-                stmt = stmt.where(
-                    or_(Session.created_at < cursor, and_(Session.created_at == cursor, Session.id > after))
-                )
-            stmt = stmt.order_by(Session.created_at.desc(), Session.id).limit(limit + 1)
-            rows = (await db.scalars(stmt)).all()
-            return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
+            return await _newest_first(
+                db, stmt, Session.created_at, after=after, limit=limit, cursor_scope=(Session.tenant_id == tenant_id,)
+            )
 
     async def update_session(
         self,
@@ -238,16 +230,7 @@ class SqlSessionStore:
         if max_priority is not None:
             stmt = stmt.where(Session.priority <= max_priority)
         async with self._transaction() as db:
-            if after is not None:
-                cursor = await db.scalar(select(Session.last_active_at).where(Session.id == after))
-                if cursor is None:
-                    raise SessionNotFound(after)
-                stmt = stmt.where(
-                    or_(Session.last_active_at < cursor, and_(Session.last_active_at == cursor, Session.id > after))
-                )
-            stmt = stmt.order_by(Session.last_active_at.desc(), Session.id).limit(limit + 1)
-            rows = (await db.scalars(stmt)).all()
-            return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
+            return await _newest_first(db, stmt, Session.last_active_at, after=after, limit=limit)
 
     # turns
 
@@ -555,3 +538,23 @@ class SqlSessionStore:
 
 def _implements_protocol(store: SqlSessionStore) -> SessionStore:
     return store  # mypy checks that SqlSessionStore satisfies SessionStore
+
+
+async def _newest_first(
+    db: AsyncSession,
+    stmt: Select[Session],
+    column: InstrumentedAttribute[datetime],
+    *,
+    after: str | None,
+    limit: int,
+    cursor_scope: tuple[ColumnElement[bool], ...] = (),
+) -> Page[SessionRecord]:
+    """One page of sessions, newest `column` first and ties by id (keyset pagination: `after` is the last id
+    of the previous page; `cursor_scope` restricts which sessions may serve as that cursor)."""
+    if after is not None:
+        cursor = await db.scalar(select(column).where(Session.id == after, *cursor_scope))
+        if cursor is None:
+            raise SessionNotFound(after)
+        stmt = stmt.where(or_(column < cursor, and_(column == cursor, Session.id > after)))
+    rows = (await db.scalars(stmt.order_by(column.desc(), Session.id).limit(limit + 1))).all()
+    return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
