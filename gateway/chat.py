@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import sessions
+from sglang_ext.protocol import KEEP_HEADER, NO_KEEP_RID_PREFIX
 
 from .assembly import TurnResult, as_dict, attach_cache_details, result_from_response
 from .auth import authenticate
@@ -216,6 +217,8 @@ async def _chat_turn(
         idempotency=claim,
     )
     upstream = _upstream_body(body, chat, state.salts.for_tenant(tenant_id))
+    if request.headers.get(KEEP_HEADER, "").strip().lower() == "false":
+        upstream["rid"] = f"{NO_KEEP_RID_PREFIX}{turn.id}"  # the worker keeps none of this turn's own KV
     return await _dispatch(ctx, worker.url, upstream, stream=chat.stream)
 
 

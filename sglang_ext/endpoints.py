@@ -1,10 +1,11 @@
-"""The extension's HTTP endpoints on a worker (`protocol.LOAD_PATH`, `protocol.PREFETCH_PATH`).
+"""The extension's HTTP endpoints on a worker (`protocol.LOAD_PATH`, `PREFETCH_PATH`, `SESSIONS_PATH`).
 
 Runs in SGLang's HTTP server process; registered by `plugin.load_plugin` on SGLang's FastAPI app.
 Requests and answers are the `protocol` models; every error is an `ErrorResponse` (the OpenAI
 error format) with a 4xx status for the caller's mistakes (400: invalid body, wrong model, a
-context longer than the model's, token ids outside the vocabulary; 404: an unknown prefetch id),
-500 `engine_error` when the engine raised (the scheduler logs it and keeps serving), and 503 when
+context longer than the model's, token ids outside the vocabulary; 404: an unknown prefetch id or
+session operation), 500 `engine_error` when the engine raised (the scheduler logs it and keeps
+serving), 501 `unsupported` when the engine's cache cannot do a session operation, and 503 when
 the scheduler does not answer in time. The work itself happens on the scheduler
 (`internals.scheduler_ops`): these handlers validate, render chat messages into token ids, and
 make one call to it.
@@ -22,7 +23,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -33,10 +34,12 @@ from sglang_ext.internals import http_ops
 from sglang_ext.protocol import (
     ErrorDetail,
     ErrorResponse,
+    KVOpResult,
     LoadReport,
     PrefetchAccepted,
     PrefetchRequest,
     PrefetchStatus,
+    SessionKVRequest,
 )
 
 __all__ = ["STATS_WAIT_S", "Endpoints"]
@@ -46,6 +49,9 @@ FIRST_STATS_WAIT_S = 5.0
 CALL_TIMEOUT_S = 30.0
 
 _STATUS_FIELDS = tuple(PrefetchStatus.model_fields)
+_SESSION_OPERATIONS = ("retain", "drop")
+
+ContextBody = TypeVar("ContextBody", PrefetchRequest, SessionKVRequest)
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
@@ -96,15 +102,19 @@ class Endpoints:
         )
         return JSONResponse(report.model_dump(mode="json"))
 
-    async def start_prefetch(self, request: Request) -> JSONResponse:
+    async def _context(
+        self, request: Request, model: type[ContextBody]
+    ) -> tuple[ContextBody, list[int]] | JSONResponse:
+        """The validated body and its context as token ids, or the error answer."""
         try:
-            body = PrefetchRequest.model_validate_json(await request.body())
+            body = model.model_validate_json(await request.body())
         except ValidationError as error:
             return error_response(400, "invalid_body", _validation_message(error))
         facts = http_ops.model_facts()
-        if body.model is not None and body.model != facts.served_model_name:
+        requested_model = getattr(body, "model", None)
+        if requested_model is not None and requested_model != facts.served_model_name:
             return error_response(
-                400, "wrong_model", f"this worker serves {facts.served_model_name!r}, not {body.model!r}"
+                400, "wrong_model", f"this worker serves {facts.served_model_name!r}, not {requested_model!r}"
             )
         if body.messages is not None:
             try:
@@ -125,6 +135,22 @@ class Endpoints:
                 "context_too_long",
                 f"the context is {len(input_ids)} tokens; the model takes at most {facts.context_length}",
             )
+        return body, input_ids
+
+    async def _call(self, op: str, call: dict[str, Any]) -> dict[str, Any] | JSONResponse:
+        try:
+            return await self._channel.call(op, call, wait_s=CALL_TIMEOUT_S)
+        except http_ops.CallFailed as error:
+            status = {"not_found": 404, "unsupported": 501}.get(error.code, 500)
+            return error_response(status, error.code, str(error))
+        except TimeoutError:
+            return error_response(503, "scheduler_timeout", "the scheduler did not answer")
+
+    async def start_prefetch(self, request: Request) -> JSONResponse:
+        parsed = await self._context(request, PrefetchRequest)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        body, input_ids = parsed
         call = {
             "prefetch_id": uuid.uuid4().hex,
             "session_id": body.session_id,
@@ -134,12 +160,9 @@ class Endpoints:
             "ttl_ms": body.ttl_ms,
             "target": body.target,
         }
-        try:
-            record = await self._channel.call("start", call, wait_s=CALL_TIMEOUT_S)
-        except http_ops.CallFailed as error:
-            return error_response(500, error.code, str(error))
-        except TimeoutError:
-            return error_response(503, "scheduler_timeout", "the scheduler did not answer")
+        record = await self._call("start", call)
+        if isinstance(record, JSONResponse):
+            return record
         accepted = PrefetchAccepted(
             prefetch_id=record["prefetch_id"],
             session_id=record["session_id"],
@@ -148,15 +171,30 @@ class Endpoints:
         )
         return JSONResponse(accepted.model_dump(mode="json"), status_code=202)
 
+    async def session_kv(self, request: Request, session_id: str, operation: str) -> JSONResponse:
+        """`POST /sessions/{session_id}/retain` or `.../drop` (`SessionKVRequest` -> `KVOpResult`)."""
+        if operation not in _SESSION_OPERATIONS:
+            return error_response(404, "not_found", f"no session operation {operation!r}; use retain or drop")
+        parsed = await self._context(request, SessionKVRequest)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        body, input_ids = parsed
+        call = {
+            "session_id": session_id,
+            "input_ids": input_ids,
+            "cache_salt": body.cache_salt,
+            "priority": body.priority,
+            "ttl_ms": body.ttl_ms,
+        }
+        result = await self._call(operation, call)
+        if isinstance(result, JSONResponse):
+            return result
+        return JSONResponse(KVOpResult(**result).model_dump(mode="json"))
+
     async def _prefetch_call(self, op: str, prefetch_id: str) -> JSONResponse:
-        try:
-            record = await self._channel.call(op, {"prefetch_id": prefetch_id}, wait_s=CALL_TIMEOUT_S)
-        except http_ops.CallFailed as error:
-            if error.code == "not_found":
-                return error_response(404, "not_found", str(error))
-            return error_response(500, error.code, str(error))
-        except TimeoutError:
-            return error_response(503, "scheduler_timeout", "the scheduler did not answer")
+        record = await self._call(op, {"prefetch_id": prefetch_id})
+        if isinstance(record, JSONResponse):
+            return record
         return JSONResponse(_status(record).model_dump(mode="json"))
 
     async def prefetch_status(self, prefetch_id: str) -> JSONResponse:

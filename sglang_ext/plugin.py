@@ -14,19 +14,22 @@ What it adds:
   which the launcher selects for the tiny random-weight models;
 - in every process: the extension's IPC types (`internals.ipc`), known to SGLang's codec;
 - in the HTTP server process: `GET /sessiongate/v1/info` (`WorkerInfo`), `GET .../load`,
-  `POST .../prefetch`, `GET`/`DELETE .../prefetch/{id}` (`endpoints`);
-- in each scheduler process: the hooks that run prefetches and count throughput
-  (`internals.scheduler_ops`).
+  `POST .../prefetch`, `GET`/`DELETE .../prefetch/{id}`, `POST .../sessions/{id}/retain` and
+  `.../drop` (`endpoints`);
+- in each scheduler process: the hooks that run prefetches, session KV operations and count
+  throughput (`internals.scheduler_ops`), and SGLang's Python radix tree core, whose eviction
+  order the extension can rank (`internals.kv_ops`; see docs/prefetch.md, "Priority").
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import multiprocessing
+import os
 
 from sglang_ext import sglang_internals
 from sglang_ext.cpu_compat import active_hooks
-from sglang_ext.protocol import INFO_PATH, LOAD_PATH, PREFETCH_PATH, WorkerInfo
+from sglang_ext.protocol import INFO_PATH, LOAD_PATH, PREFETCH_PATH, SESSIONS_PATH, WorkerInfo
 
 __all__ = ["TINY_TOOL_CALL_PARSER", "load_plugin", "worker_info"]
 
@@ -62,7 +65,7 @@ def load_plugin() -> None:
     sglang_internals.require_supported_version()
     sglang_internals.register_json_required_tool_parser(TINY_TOOL_CALL_PARSER)
     # Imported here: these modules import SGLang, which only its own processes have loaded.
-    from sglang_ext.internals import ipc, scheduler_ops
+    from sglang_ext.internals import ipc, kv_ops, scheduler_ops
 
     ipc.register_types()
     if _is_http_server_process():
@@ -75,5 +78,8 @@ def load_plugin() -> None:
         add_route(PREFETCH_PATH, endpoints.start_prefetch, ["POST"])
         add_route(f"{PREFETCH_PATH}/{{prefetch_id}}", endpoints.prefetch_status, ["GET"])
         add_route(f"{PREFETCH_PATH}/{{prefetch_id}}", endpoints.cancel_prefetch, ["DELETE"])
-    else:
-        scheduler_ops.install_scheduler_hooks()
+        add_route(f"{SESSIONS_PATH}/{{session_id}}/{{operation}}", endpoints.session_kv, ["POST"])
+    elif scheduler_ops.install_scheduler_hooks():
+        # Read when the scheduler builds its radix cache, after the plug-ins are loaded.
+        name, value = kv_ops.PYTHON_TREE_CORE_ENV
+        os.environ[name] = value

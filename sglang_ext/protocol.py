@@ -15,7 +15,9 @@ __all__ = [
     "API_PREFIX",
     "EXTENSION_NAME",
     "INFO_PATH",
+    "KEEP_HEADER",
     "LOAD_PATH",
+    "NO_KEEP_RID_PREFIX",
     "PREFETCH_PATH",
     "SESSIONS_PATH",
     "ErrorDetail",
@@ -38,6 +40,12 @@ LOAD_PATH = f"{API_PREFIX}/load"
 PREFETCH_PATH = f"{API_PREFIX}/prefetch"
 # POST `{SESSIONS_PATH}/{session_id}/retain` and `.../drop`: the application decides the fate of its KV.
 SESSIONS_PATH = f"{API_PREFIX}/sessions"
+# A chat request whose KV must not outlive its turn (a one-off with secrets): the gateway sends it when the
+# client says `X-Sessiongate-Keep: false`, by giving the request an SGLang `rid` with this prefix. The
+# worker then never writes the request's own pages to the pool and drops them from device and host as
+# soon as the request has finished; a prefix it shares with cached contexts stays.
+KEEP_HEADER = "X-Sessiongate-Keep"
+NO_KEEP_RID_PREFIX = "sessiongate-nokeep-"
 
 _WIRE = ConfigDict(frozen=True, extra="forbid")
 
@@ -138,7 +146,7 @@ class PrefetchRequest(_Context):
     priority: int = 0
     ttl_ms: int = Field(default=30_000, ge=1, le=3_600_000)
     """After this long unused, the prefetched pages decay to the lowest priority (they are never pinned).
-    Accepted and recorded; not applied by the worker yet (see docs/prefetch.md)."""
+    Until then they have `priority`, and go before used pages of the same priority (docs/prefetch.md)."""
     target: PrefetchTarget = "device"
 
 
@@ -175,8 +183,15 @@ class PrefetchStatus(BaseModel):
 
 
 class SessionKVRequest(_Context):
-    """`POST /sessiongate/v1/sessions/{id}/retain` (`priority`, `ttl_ms` apply) and `.../drop`."""
+    """`POST /sessiongate/v1/sessions/{id}/retain` (`priority`, `ttl_ms` apply) and `.../drop`.
 
+    retain: the session's cached pages rank at least `priority` for `ttl_ms`, then fall back (nothing
+    is loaded or pinned). drop: the session's own pages leave device, host and the pool; a prefix that
+    another cached context continues (a shared system prompt) and pages a running request holds stay.
+    """
+
+    model: str | None = None
+    """If given, the worker's served model name; another name is refused (400, `wrong_model`)."""
     priority: int = 0
     ttl_ms: int = Field(default=300_000, ge=1, le=86_400_000)
 

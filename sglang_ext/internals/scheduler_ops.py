@@ -14,6 +14,11 @@ running), then `load_back` (host -> device) with a memory quota from `kv_budget`
 device pages the engine's running and queued requests will not need, and never evicts. Nothing is
 computed: pages found in no tier are counted unavailable. A storage failure is a miss: the cache
 controller reports fewer completed tokens and the radix cache keeps only those.
+
+The fate of KV (`kv_fate.KVFate`, ranked into SGLang's own eviction by `kv_ops`): pages a
+prefetch brought in are marked prefetched-unused (the prefetch's priority until its ttl passes,
+then the lowest); `retain` raises a session's pages for a while; `drop` removes the session's own
+pages from every tier. Marks that no longer matter are swept from the tick.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ from array import array
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from sglang_ext.internals import kv_ops
 from sglang_ext.internals.ipc import SessiongateCall, SessiongateReply
+from sglang_ext.internals.no_keep import NoKeepRequests
 from sglang_ext.kv_budget import DemandItem, device_prefetch_quota
+from sglang_ext.kv_fate import KVFate
 from sglang_ext.load_metrics import LoadGauges
 from sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
 from sglang_ext.rate_meter import RateMeter
@@ -60,6 +68,9 @@ class _Job:
     cache_salt: str | None
     phase: Phase
     load_node: Any = None
+    resident_tokens: int = 0
+    """Tokens of the context in the tree (device or host) before the prefetch: what lies beyond
+    them is what the prefetch brought in."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,9 @@ class SchedulerExtension:
         self._last_sample = 0.0
         self._attempts = 0
         self._gauges = LoadGauges.create() if _metrics_enabled() else None
+        self._fate = KVFate()
+        self._fate_ordered = kv_ops.install_fate_order(self._cache, self._fate, time.monotonic)
+        self._no_keep = NoKeepRequests(self._cache, self._fate) if self._fate_ordered else None
 
     # --- IPC ---------------------------------------------------------------------------------
 
@@ -104,6 +118,10 @@ class SchedulerExtension:
                 result = asdict(self.cancel(body["prefetch_id"]))
             elif call.op == "stats":
                 result = self.stats()
+            elif call.op == "retain":
+                result = self.retain(body)
+            elif call.op == "drop":
+                result = self.drop(body)
             else:
                 raise CallError("unknown_op", f"unknown operation {call.op!r}")
         except CallError as error:
@@ -185,6 +203,7 @@ class SchedulerExtension:
             pages_requested=(full_tokens - residency.device_tokens) // page,
         )
         matched = residency.device_tokens + residency.host_tokens
+        job.resident_tokens = matched
         if matched < full_tokens and self._storage_can_extend(residency.last_host_node):
             self._cache.prefetch_from_storage(
                 job.handle,
@@ -273,7 +292,78 @@ class SchedulerExtension:
         if job.phase == "settled":
             del self._jobs[prefetch_id]
             record = self._measured(record, job).updated(state="done", finished_at=time.time())
+            try:
+                self._mark_prefetched(job, record)
+            except Exception:  # the prefetch is done; its pages merely rank as any others
+                logger.exception("sessiongate prefetch %s: marking its pages failed", prefetch_id)
         self._book.put(record)
+
+    def _mark_prefetched(self, job: _Job, record: PrefetchRecord) -> None:
+        """The nodes this prefetch inserted go first under pressure until a request uses them."""
+        if not self._fate_ordered:
+            return
+        pages = kv_ops.session_pages(self._cache, job.token_ids, job.cache_salt)
+        brought = [node for node, start in zip(pages.path, pages.starts, strict=True) if start >= job.resident_tokens]
+        self._fate.mark_prefetched(brought, record.priority, record.ttl_ms / 1000, time.monotonic())
+
+    # --- session KV operations ---------------------------------------------------------------
+
+    def _session_context(self, body: dict[str, Any]) -> tuple[array[int], str | None, kv_ops.SessionPages]:
+        if not self._fate_ordered:
+            raise CallError(
+                "unsupported",
+                "session KV operations need SGLang's UnifiedRadixCache with the Python tree core "
+                f"({kv_ops.PYTHON_TREE_CORE_ENV[0]}={kv_ops.PYTHON_TREE_CORE_ENV[1]})",
+            )
+        token_ids = array("q", (int(token) for token in body["input_ids"]))
+        cache_salt = body.get("cache_salt")
+        return token_ids, cache_salt, kv_ops.session_pages(self._cache, token_ids, cache_salt)
+
+    def _kv_result(self, body: dict[str, Any], operation: str, tokens: int, **tiers: int) -> dict[str, Any]:
+        return {"session_id": str(body["session_id"]), "operation": operation, "tokens": tokens, **tiers}
+
+    def retain(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Raise the session's pages to `priority` for `ttl_ms`; nothing is loaded or pinned."""
+        token_ids, cache_salt, pages = self._session_context(body)
+        ttl_s = int(body["ttl_ms"]) / 1000
+        self._fate.hold(pages.nodes, int(body["priority"]), ttl_s, time.monotonic())
+        device, host = kv_ops.tier_tokens(pages)
+        hashes = kv_ops.context_page_hashes(token_ids, cache_salt, self._page_size)
+        in_pool = kv_ops.pool_pages_present(self._cache, hashes) * self._page_size
+        return self._kv_result(
+            body, "retain", len(token_ids), device_tokens=device, host_tokens=host, storage_tokens=in_pool
+        )
+
+    def drop(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Remove the session's own pages from device, host and the pool (see `kv_ops`)."""
+        token_ids, cache_salt, pages = self._session_context(body)
+        session_id = str(body["session_id"])
+        # A prefetch of the session still under way would bring its pages back.
+        for prefetch_id in list(self._jobs):
+            record = self._book.get(prefetch_id)
+            if record is not None and record.session_id == session_id:
+                self.cancel(prefetch_id)
+        hashes = kv_ops.context_page_hashes(token_ids, cache_salt, self._page_size)
+        outcome, pool_hashes = kv_ops.drop_pages(self._cache, self._fate, pages, hashes)
+        try:
+            deleted = kv_ops.delete_pool_pages(self._cache, pool_hashes)
+        except kv_ops.Unsupported as error:
+            logger.warning("sessiongate drop of %s: pool pages stay: %s", session_id, error)
+            deleted = set()
+        if outcome.kept_in_use_tokens:
+            logger.info(
+                "sessiongate drop of %s: %d tokens stay (held by a request or a transfer)",
+                session_id,
+                outcome.kept_in_use_tokens,
+            )
+        return self._kv_result(
+            body,
+            "drop",
+            len(token_ids),
+            device_tokens=outcome.device_tokens,
+            host_tokens=outcome.host_tokens,
+            storage_tokens=len(deleted) * self._page_size,
+        )
 
     def _device_quota(self) -> int:
         scheduler = self._scheduler
@@ -292,6 +382,14 @@ class SchedulerExtension:
     # --- per iteration -----------------------------------------------------------------------
 
     def tick(self) -> None:
+        if self._no_keep is not None:
+            try:
+                now = time.monotonic()
+                self._no_keep.admit(self._scheduler.waiting_queue, now)
+                if len(self._no_keep):
+                    self._no_keep.settle(now)
+            except Exception:  # the engine raised: the request's pages stay cached, keep serving
+                logger.exception("sessiongate no-keep upkeep failed")
         for prefetch_id in list(self._jobs):
             try:
                 self._advance(prefetch_id)
@@ -306,6 +404,7 @@ class SchedulerExtension:
         if now - self._last_sample >= _SAMPLE_INTERVAL_S:
             self._last_sample = now
             self._sample(now)
+            self._fate.sweep(now)
 
     def _sample(self, now: float) -> None:
         scheduler = self._scheduler

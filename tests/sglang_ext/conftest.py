@@ -1,15 +1,20 @@
-"""Fixtures for the SGLang-extension tests: the CPU compatibility layer in-process, a tiny model."""
+"""Fixtures for the SGLang-extension tests: the CPU compatibility layer in-process, a tiny model; and the
+calls the tests against real workers make (`engine`)."""
 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from sglang_ext.cpu_compat import activate
 from sglang_ext.hardware import has_cuda
+from sglang_ext.protocol import PREFETCH_PATH, PrefetchAccepted, PrefetchStatus
 from sglang_ext.tiny_model import make_model
 
 # Warnings that importing torch/transformers/SGLang raises in-process, none ours to fix: SGLang
@@ -65,3 +70,41 @@ def worker_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, cpu_compat: bool) -> Path:
     return make_model(tmp_path_factory.mktemp("models") / "tiny", "tiny")
+
+
+def long_system_prompt(tag: str, facts: int = 60) -> str:
+    """A system prompt several pages long (page size 64), unique per `tag` so tests do not share KV."""
+    lines = (f"Fact {i}: session {tag} keeps page {i * 7} of its cache on worker {i % 3}." for i in range(facts))
+    return f"[{tag}] You are a helpful assistant.\n" + "\n".join(lines)
+
+
+def chat(client: httpx.Client, messages: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A greedy chat turn (8 tokens unless `max_tokens` says otherwise) that reports where its cached prompt
+    tokens came from."""
+    body = {"model": "tiny", "messages": messages, "temperature": 0, "max_tokens": 8, **fields}
+    response = client.post("/v1/chat/completions", json={**body, "return_cached_tokens_details": True})
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def answer(response: dict[str, Any]) -> str:
+    content: str = response["choices"][0]["message"]["content"]
+    return content
+
+
+def prefetch(client: httpx.Client, **body: Any) -> PrefetchAccepted:
+    response = client.post(PREFETCH_PATH, json=body)
+    assert response.status_code == 202, response.text
+    return PrefetchAccepted.model_validate(response.json())
+
+
+def wait_finished(client: httpx.Client, prefetch_id: str, timeout: float = 60.0) -> PrefetchStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(f"{PREFETCH_PATH}/{prefetch_id}")
+        assert response.status_code == 200, response.text
+        status = PrefetchStatus.model_validate(response.json())
+        if status.state not in ("queued", "running") or time.monotonic() > deadline:
+            return status
+        time.sleep(0.05)

@@ -4,7 +4,8 @@ Two workers, A and B, share one `file` KV pool directory (and nothing else) for 
 both are stopped at the end; both run with priority eviction (`WorkerConfig.priority_eviction`).
 A session's turn 1 runs on A; B is asked to prefetch the session's context before turn 2 arrives,
 and turn 2 on B must then find the prefix in its own memory. Under memory pressure B evicts the
-lowest request priority first.
+lowest request priority first, and a prefetch nobody used before a session's KV of the same
+priority. Sessions' KV is retained and dropped through HTTP on B.
 """
 
 from __future__ import annotations
@@ -18,8 +19,21 @@ from typing import Any
 import httpx
 import pytest
 
+from sglang_ext.internals.no_keep import SETTLE_S
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.protocol import LOAD_PATH, PREFETCH_PATH, ErrorResponse, LoadReport, PrefetchAccepted, PrefetchStatus
+from sglang_ext.protocol import (
+    LOAD_PATH,
+    NO_KEEP_RID_PREFIX,
+    PREFETCH_PATH,
+    SESSIONS_PATH,
+    ErrorResponse,
+    KVOpResult,
+    LoadReport,
+    PrefetchAccepted,
+    PrefetchStatus,
+)
+
+from .conftest import chat, long_system_prompt, prefetch, wait_finished
 
 pytestmark = pytest.mark.engine
 
@@ -63,42 +77,6 @@ def worker_a(workers: tuple[str, str]) -> Iterator[httpx.Client]:
 def worker_b(workers: tuple[str, str]) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=workers[1], timeout=120.0) as client:
         yield client
-
-
-def long_system_prompt(tag: str, facts: int = 60) -> str:
-    lines = (f"Fact {i}: session {tag} keeps page {i * 7} of its cache on worker {i % 3}." for i in range(facts))
-    return f"[{tag}] You are a helpful assistant.\n" + "\n".join(lines)
-
-
-def chat(client: httpx.Client, messages: list[dict[str, Any]], max_tokens: int = 8) -> dict[str, Any]:
-    body = {
-        "model": "tiny",
-        "messages": messages,
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "return_cached_tokens_details": True,
-    }
-    response = client.post("/v1/chat/completions", json=body)
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def prefetch(client: httpx.Client, **body: Any) -> PrefetchAccepted:
-    response = client.post(PREFETCH_PATH, json=body)
-    assert response.status_code == 202, response.text
-    return PrefetchAccepted.model_validate(response.json())
-
-
-def wait_finished(client: httpx.Client, prefetch_id: str, timeout: float = 60.0) -> PrefetchStatus:
-    deadline = time.monotonic() + timeout
-    while True:
-        response = client.get(f"{PREFETCH_PATH}/{prefetch_id}")
-        assert response.status_code == 200, response.text
-        status = PrefetchStatus.model_validate(response.json())
-        if status.state not in ("queued", "running") or time.monotonic() > deadline:
-            return status
-        time.sleep(0.05)
 
 
 def wait_for_pool_growth(pool: Path, before: int, timeout: float = 60.0) -> None:
@@ -362,3 +340,159 @@ def test_request_priority_decides_what_leaves_the_device_first(worker_b: httpx.C
     assert _generate(worker_b, session)["cached_tokens_details"]["device"] == 20 * PAGE
     probe = prefetch(worker_b, session_id="probe", input_ids=one_off, target="host")
     assert wait_finished(worker_b, probe.prefetch_id).pages_on_device < 20
+
+
+# --- session KV operations and the fate of prefetched KV -----------------------------------------
+
+
+def kv_op(client: httpx.Client, session_id: str, operation: str, **body: Any) -> KVOpResult:
+    response = client.post(f"{SESSIONS_PATH}/{session_id}/{operation}", json=body)
+    assert response.status_code == 200, response.text
+    return KVOpResult.model_validate(response.json())
+
+
+def cached(answer: dict[str, Any]) -> tuple[int, dict[str, int]]:
+    details: dict[str, int] = answer["sglext"]["cached_tokens_details"]
+    return int(answer["usage"]["prompt_tokens_details"]["cached_tokens"]), details
+
+
+def question(session: str) -> str:
+    """A user turn several pages long, so each session owns whole pages beyond the shared prompt."""
+    return " ".join(f"Session {session} asks which worker holds page {i * 11} of fact {i}." for i in range(20))
+
+
+def test_drop_and_retain_through_http(worker_b: httpx.Client, pool_dir: Path) -> None:
+    assert worker_b.post("/flush_cache", params={"timeout": 60}).status_code == 200
+    # Both sessions fit on the device (64 pages) together: ~12 shared pages and ~11 of each.
+    system = {"role": "system", "content": long_system_prompt("shared", facts=20)}
+    first = [system, {"role": "user", "content": question("one")}]
+    second = [system, {"role": "user", "content": question("two")}]
+    files = len(list(pool_dir.iterdir()))
+    chat(worker_b, first)
+    shared_tokens, _ = cached(chat(worker_b, second))  # what the two prompts share, in whole pages
+    assert shared_tokens >= 8 * PAGE
+    wait_for_pool_growth(pool_dir, files)
+    time.sleep(1.0)  # both sessions' last pages reach the pool
+    first_tokens, _ = cached(chat(worker_b, first))
+    second_tokens, _ = cached(chat(worker_b, second))
+    assert first_tokens > shared_tokens
+    assert second_tokens > shared_tokens
+
+    retained = kv_op(worker_b, "two", "retain", messages=second, priority=5, ttl_ms=60_000)
+    assert retained.operation == "retain"
+    assert retained.session_id == "two"
+    assert retained.device_tokens >= second_tokens
+    assert retained.host_tokens >= second_tokens  # written through
+    assert retained.storage_tokens >= shared_tokens
+
+    dropped = kv_op(worker_b, "one", "drop", messages=first)
+    assert dropped.operation == "drop"
+    assert dropped.device_tokens >= first_tokens - shared_tokens  # its own pages, not the shared prefix
+    assert dropped.storage_tokens >= first_tokens - shared_tokens
+
+    again_tokens, again = cached(chat(worker_b, first))
+    assert again_tokens == shared_tokens  # only the prefix the other session still uses
+    assert again["storage"] == 0  # nothing of its own was left in the pool either
+    assert cached(chat(worker_b, second))[0] == second_tokens  # the other session lost nothing
+
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+@pytest.mark.parametrize(
+    ("operation", "body", "status", "code"),
+    [
+        ("retain", {}, 400, "invalid_body"),
+        ("drop", {"messages": []}, 400, "invalid_body"),
+        ("drop", {"messages": USER, "input_ids": [1, 2]}, 400, "invalid_body"),
+        ("retain", {"messages": USER, "ttl_ms": 0}, 400, "invalid_body"),
+        ("retain", {"messages": USER, "model": "another-model"}, 400, "wrong_model"),
+        ("drop", {"input_ids": [1, 2, 100_000]}, 400, "invalid_token_ids"),
+        ("drop", {"messages": [{"role": "robot", "content": "x"}]}, 400, "invalid_messages"),
+        ("forget", {"messages": USER}, 404, "not_found"),
+    ],
+    ids=["no-context", "empty", "both", "ttl", "model", "vocabulary", "role", "operation"],
+)
+def test_bad_session_requests_are_refused(
+    worker_b: httpx.Client, operation: str, body: dict[str, Any], status: int, code: str
+) -> None:
+    response = worker_b.post(f"{SESSIONS_PATH}/s/{operation}", json=body)
+    assert response.status_code == status, response.text
+    assert ErrorResponse.model_validate(response.json()).error.code == code
+
+
+def test_dropping_a_context_nothing_holds_is_a_no_op(worker_b: httpx.Client) -> None:
+    result = kv_op(worker_b, "ghost", "drop", input_ids=[9 + i % 300 for i in range(6 * PAGE)])
+    assert (result.device_tokens, result.host_tokens, result.storage_tokens) == (0, 0, 0)
+    assert result.tokens == 6 * PAGE
+
+
+def _generate_greedy(client: httpx.Client, ids: list[int], max_new_tokens: int = 1) -> dict[str, Any]:
+    body = {
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True},
+        "return_cached_tokens_details": True,
+    }
+    response = client.post("/generate", json=body)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def test_a_wrong_hint_leaves_the_device_first_and_requests_still_finish(worker_b: httpx.Client, pool_dir: Path) -> None:
+    # The device pool is 64 pages. The hint's context is in the pool only.
+    hint = _ids(11, 20)
+    files = len(list(pool_dir.iterdir()))
+    _generate_greedy(worker_b, hint)
+    wait_for_pool_growth(pool_dir, files)
+    time.sleep(1.0)
+    assert worker_b.post("/flush_cache", params={"timeout": 60}).status_code == 200
+    running = _ids(12, 4)
+    expected = _generate_greedy(worker_b, running, max_new_tokens=200)["output_ids"]
+    session = _ids(13, 20)
+    _generate_greedy(worker_b, session)  # default priority 1, older than the hint
+
+    accepted: PrefetchAccepted = prefetch(worker_b, session_id="never-comes", input_ids=hint, priority=1)
+    status = wait_finished(worker_b, accepted.prefetch_id)
+    assert status.pages_on_device == 20
+
+    outputs: list[dict[str, Any]] = []
+    decoding = threading.Thread(target=lambda: outputs.append(_generate_greedy(worker_b, running, max_new_tokens=200)))
+    decoding.start()
+    time.sleep(0.5)  # the generation is decoding when the pressure arrives
+    try:
+        pressure = _generate_greedy(worker_b, _ids(14, 30))  # more than the free pages: something must go
+    finally:
+        decoding.join()
+    assert pressure["meta_info"]["completion_tokens"] == 1
+    assert outputs[0]["output_ids"] == expected  # the running request is unaffected
+
+    # The unused hint went first (LRU alone would have taken the older session's pages).
+    assert _generate_greedy(worker_b, session)["meta_info"]["cached_tokens_details"]["device"] == 20 * PAGE
+    probe = prefetch(worker_b, session_id="probe", input_ids=hint, target="host")
+    assert wait_finished(worker_b, probe.prefetch_id).pages_on_device < 20
+    # Nothing was lost: what left the device is still in host memory or the pool.
+    assert worker_b.get(f"{PREFETCH_PATH}/{probe.prefetch_id}").json()["pages_unavailable"] == 0
+
+
+def test_a_no_keep_request_leaves_nothing_of_its_own(worker_b: httpx.Client, pool_dir: Path) -> None:
+    assert worker_b.post("/flush_cache", params={"timeout": 60}).status_code == 200
+    time.sleep(1.0)  # earlier tests' last pool writes land
+    messages = [{"role": "user", "content": question("secret")}]
+    files = set(pool_dir.iterdir())
+    body = {
+        "model": "tiny",
+        "messages": messages,
+        "temperature": 0,
+        "max_tokens": 8,
+        "rid": f"{NO_KEEP_RID_PREFIX}one-off",  # what the gateway sends for `X-Sessiongate-Keep: false`
+    }
+    one_off = worker_b.post("/v1/chat/completions", json=body)
+    assert one_off.status_code == 200, one_off.text
+    time.sleep(SETTLE_S + 2.0)  # the worker drops the request's pages once it has finished
+
+    assert set(pool_dir.iterdir()) == files  # none of its pages was written to the pool
+    again = chat(worker_b, messages)  # the same prompt, kept as usual this time
+    # Nothing of it was left on the device or in host memory (SGLang omits the details when nothing is cached).
+    assert (again["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0) == 0
+    assert again["choices"][0]["message"]["content"] == one_off.json()["choices"][0]["message"]["content"]

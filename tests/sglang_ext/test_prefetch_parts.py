@@ -1,10 +1,11 @@
-"""The pure parts behind prefetch and the load report: rate meter, device quota, prefetch book."""
+"""The pure parts behind prefetch and the load report: rate meter, device quota, prefetch book, KV fate."""
 
 from __future__ import annotations
 
 import pytest
 
 from sglang_ext.kv_budget import DemandItem, device_prefetch_quota
+from sglang_ext.kv_fate import LOWEST_PRIORITY, KVFate
 from sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
 from sglang_ext.rate_meter import RateMeter
 
@@ -84,3 +85,54 @@ def test_records_are_replaced_not_changed() -> None:
     assert stored.pages_on_device == 3
     assert first.state == "running"
     assert book.get("missing") is None
+
+
+class Node:
+    """What KVFate reads of a radix-tree node."""
+
+    def __init__(self, priority: int, last_access_time: float) -> None:
+        self.priority = priority
+        self.last_access_time = last_access_time
+
+
+def test_fate_ranks_drops_then_priority_then_unused_prefetches() -> None:
+    fate = KVFate()
+    used = Node(priority=1, last_access_time=1.0)
+    hint = Node(priority=LOWEST_PRIORITY, last_access_time=2.0)  # a host insert under the root
+    low = Node(priority=0, last_access_time=3.0)
+    fate.mark_prefetched([hint], priority=1, ttl_s=10.0, now=0.0)
+    assert hint.priority == 1  # takes the prefetch's priority as its own
+    order = sorted([used, hint, low], key=lambda node: fate.eviction_rank(node, now=1.0))
+    assert order == [low, hint, used]
+    fate.doom([used])
+    assert sorted([used, hint, low], key=lambda node: fate.eviction_rank(node, now=1.0))[0] is used
+    fate.pardon_all()
+    assert fate.eviction_rank(used, now=1.0)[0] == 1
+
+
+def test_fate_decays_unused_prefetches_and_ends_holds() -> None:
+    fate = KVFate()
+    hint = Node(priority=0, last_access_time=5.0)
+    fate.mark_prefetched([hint], priority=7, ttl_s=2.0, now=0.0)
+    assert fate.effective_priority(hint, now=1.0) == 7
+    assert fate.effective_priority(hint, now=2.0) == LOWEST_PRIORITY
+    fate.sweep(now=3.0)
+    assert fate.effective_priority(hint, now=3.0) == LOWEST_PRIORITY  # still unused: stays marked
+    hint.last_access_time = 6.0  # a request matched it
+    assert not fate.is_unused_prefetch(hint)
+    assert fate.effective_priority(hint, now=3.0) == 7  # its own now
+    fate.sweep(now=3.0)
+    assert fate.counts() == {"prefetched": 0, "held": 0}
+
+    session = Node(priority=1, last_access_time=1.0)
+    fate.hold([session], priority=4, ttl_s=1.0, now=0.0)
+    assert fate.effective_priority(session, now=0.5) == 4
+    assert fate.effective_priority(session, now=1.0) == 1
+    fate.sweep(now=1.0)
+    assert fate.counts()["held"] == 0
+
+
+def test_fate_forgets_nodes_the_tree_deleted() -> None:
+    fate = KVFate()
+    fate.hold([Node(priority=1, last_access_time=0.0)], priority=2, ttl_s=60.0, now=0.0)
+    assert fate.counts()["held"] == 0  # held weakly: the node is gone

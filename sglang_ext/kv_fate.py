@@ -1,0 +1,139 @@
+"""What the applications asked about their KV, as the order in which the radix cache gives pages up.
+
+SGLang evicts radix-tree leaves in the order of its eviction strategy's key (smallest first).
+`KVFate` holds what sessiongate adds to that order and `eviction_rank` folds it into one key
+prefix, read by the strategy the scheduler installs (`internals.kv_ops`):
+
+1. pages being dropped (`doomed`, only for the duration of one drop) go before anything else;
+2. then by effective priority, the lowest first:
+   - a node's own priority (SGLang sets it from the request that filled it, raising only);
+   - raised by a `retain` (`hold`) until its deadline, then back to its own;
+   - a prefetched page nobody has used yet has the prefetch's priority until the prefetch's
+     ttl passes, then the lowest priority of all (`LOWEST_PRIORITY`): a wrong hint decays;
+3. within one priority, prefetched-but-unused pages before pages that requests have used;
+4. then SGLang's own key (LRU, or priority + LRU).
+
+"Used" is read from the node's `last_access_time`, which SGLang bumps whenever a request's
+prefix match or insert walks through the node: a node touched after the prefetch settled has
+served (or is serving) a request. Nothing here pins anything: a raised or fresh page is still
+evicted when everything ranked before it is gone.
+
+Nodes are held weakly: a node the tree deletes is forgotten with it. Only the scheduler thread
+touches a `KVFate`; `sweep` (from the scheduler's per-iteration tick) forgets marks that no
+longer change the order, so the tables stay as small as the live marks.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["LOWEST_PRIORITY", "KVFate", "TreeNodeLike"]
+
+LOWEST_PRIORITY = -sys.maxsize
+"""Below any request priority: SGLang's own root node sits here."""
+
+
+class TreeNodeLike(Protocol):
+    """What is read of a radix-tree node (SGLang's `UnifiedTreeNode` has these attributes)."""
+
+    priority: int
+    last_access_time: float
+
+
+@dataclass(frozen=True)
+class _Prefetched:
+    priority: int
+    fresh_until: float
+    settled_access: float
+    """The node's `last_access_time` when the prefetch settled: any later access is a use."""
+
+
+@dataclass(frozen=True)
+class _Hold:
+    priority: int
+    until: float
+
+
+class KVFate:
+    """Per-node marks: prefetched-unused, retained, being dropped (scheduler thread only)."""
+
+    def __init__(self) -> None:
+        self._prefetched: weakref.WeakKeyDictionary[TreeNodeLike, _Prefetched] = weakref.WeakKeyDictionary()
+        self._held: weakref.WeakKeyDictionary[TreeNodeLike, _Hold] = weakref.WeakKeyDictionary()
+        self._doomed: weakref.WeakSet[TreeNodeLike] = weakref.WeakSet()
+
+    # --- marks ---------------------------------------------------------------------------------
+
+    def mark_prefetched(self, nodes: Iterable[TreeNodeLike], priority: int, ttl_s: float, now: float) -> None:
+        """Nodes a prefetch brought in (none of them held by a request yet).
+
+        Each also takes the prefetch's priority as its own (raising only, as an insert does): the
+        host insert that brought it gave it its parent's, which for a node under the root is the
+        root's `LOWEST_PRIORITY`, and it keeps its own once a request has used it.
+        """
+        for node in nodes:
+            node.priority = max(int(node.priority), priority)
+            self._prefetched[node] = _Prefetched(priority, now + ttl_s, node.last_access_time)
+
+    def hold(self, nodes: Iterable[TreeNodeLike], priority: int, ttl_s: float, now: float) -> None:
+        """Raise the nodes to at least `priority` until `now + ttl_s` (a later hold replaces it)."""
+        for node in nodes:
+            self._held[node] = _Hold(priority, now + ttl_s)
+
+    def doom(self, nodes: Iterable[TreeNodeLike]) -> None:
+        for node in nodes:
+            self._doomed.add(node)
+
+    def pardon_all(self) -> None:
+        """End a drop: whatever could not go stays, ranked as before."""
+        self._doomed.clear()
+
+    def forget(self, nodes: Iterable[TreeNodeLike]) -> None:
+        for node in nodes:
+            self._prefetched.pop(node, None)
+            self._held.pop(node, None)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def is_unused_prefetch(self, node: TreeNodeLike) -> bool:
+        mark = self._prefetched.get(node)
+        return mark is not None and node.last_access_time <= mark.settled_access
+
+    def effective_priority(self, node: TreeNodeLike, now: float) -> int:
+        mark = self._prefetched.get(node)
+        if mark is not None and node.last_access_time <= mark.settled_access:
+            priority = mark.priority if now < mark.fresh_until else LOWEST_PRIORITY
+        else:
+            priority = int(node.priority)
+        hold = self._held.get(node)
+        if hold is not None and now < hold.until:
+            priority = max(priority, hold.priority)
+        return priority
+
+    def eviction_rank(self, node: TreeNodeLike, now: float) -> tuple[int, int, int]:
+        """Smaller goes first: (not being dropped, effective priority, used)."""
+        doomed = node in self._doomed
+        used = not self.is_unused_prefetch(node)
+        return (0 if doomed else 1, self.effective_priority(node, now), 1 if used else 0)
+
+    def counts(self) -> dict[str, int]:
+        return {"prefetched": len(self._prefetched), "held": len(self._held)}
+
+    # --- upkeep --------------------------------------------------------------------------------
+
+    def sweep(self, now: float) -> None:
+        """Forget holds past their deadline and prefetch marks whose node has been used.
+
+        An unused prefetch past its ttl stays marked: that mark is what keeps it at the lowest
+        priority (its own priority may be higher, inherited from its parent).
+        """
+        for node, hold in list(self._held.items()):
+            if now >= hold.until:
+                del self._held[node]
+        for node, mark in list(self._prefetched.items()):
+            if node.last_access_time > mark.settled_access:
+                del self._prefetched[node]
