@@ -6,20 +6,32 @@
 # dependencies sglang really imports. On a GPU machine the normal route is taken (`pip install .[worker]`).
 # The script is idempotent: a second run with an up-to-date venv only re-checks it.
 #
-# Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default "dev,postgres,bench"),
-# SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang).
+# Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default "dev,postgres,bench,mooncake";
+# without a GPU the `mooncake` extra becomes `mooncake-cpu`, the wheel built without CUDA),
+# SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake).
+# The Mooncake client also needs libibverbs1, librdmacm1 and libnuma1: scripts/ensure-mooncake-libs.sh.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SESSIONGATE_VENV:-$root/.venv}"
-extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,bench}"
+extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,bench,mooncake}"
 python="${PYTHON:-python3}"
 stamp="$venv/.sessiongate-setup"
-recipe_version="3"
+recipe_version="4"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 have_cuda() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+# The Mooncake pool is a worker dependency: none for a gateway-only venv, the non-CUDA wheel without a GPU.
+with_extra() { [[ ",$extras," == *",$1,"* ]]; }
+if with_extra mooncake; then
+  if [ "${SESSIONGATE_SKIP_WORKER:-0}" = "1" ]; then
+    extras="$(echo ",$extras," | sed 's/,mooncake,/,/; s/^,//; s/,$//')"
+  elif ! have_cuda; then
+    extras="$(echo ",$extras," | sed 's/,mooncake,/,mooncake-cpu,/; s/^,//; s/,$//')"
+  fi
+fi
 
 if [ ! -x "$venv/bin/python" ]; then
   log "creating virtual environment at $venv"

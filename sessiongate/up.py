@@ -1,9 +1,10 @@
 """`sessiongate up`: the embedded default in one command.
 
 Starts N SGLang workers with the sessiongate extension (the generated tiny model unless a model path is given;
-CPU engine flags where there is no GPU), all sharing one KV pool directory, then the gateway on SQLite in front
-of them; waits until everything is ready, prints where it listens, optionally runs the demo, and stops every
-process it started on Ctrl-C or SIGTERM (or when one of them dies).
+CPU engine flags where there is no GPU), all sharing one KV pool (`--pool`: a directory by default; with a
+checksum per page: `checked-file`; `mooncake`: a Mooncake Store, whose master `up` starts first), then the gateway
+on SQLite in front of them; waits until everything is ready, prints where it listens, optionally runs the demo,
+and stops every process it started on Ctrl-C or SIGTERM (or when one of them dies).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def run_up(args: argparse.Namespace) -> int:
     from sglang_ext.launcher import WorkerConfig, start_worker
+    from sglang_ext.mooncake import MasterConfig, start_master
 
     state_dir = Path(args.state_dir).resolve()
     logs = state_dir / "logs"
@@ -104,8 +106,15 @@ def run_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     started: list[_Child] = []
     try:
+        master = None
+        if args.pool == "mooncake":
+            # Started first so that it is stopped last: the workers' clients talk to it until they exit.
+            master = start_master(MasterConfig(log_file=logs / "mooncake-master.log"))
+            started.append(master)
+            master.wait_ready()
+        pool = f"the Mooncake Store at {master.config.master_address}" if master else f"{args.pool} pool {pool_dir}"
         model = args.model_path or f"the generated {args.model_size} model"
-        print(f"starting {args.workers} worker(s) with {model}, sharing the KV pool {pool_dir} ...", flush=True)
+        print(f"starting {args.workers} worker(s) with {model}, sharing {pool} ...", flush=True)
         workers = []
         for i in range(args.workers):
             # Started one after another: the first one makes the tiny model, the others find it made.
@@ -114,10 +123,11 @@ def run_up(args: argparse.Namespace) -> int:
                 model_size=args.model_size,
                 state_dir=state_dir,
                 port=args.worker_base_port + i,
+                storage_backend=args.pool,
                 pool_dir=pool_dir,
                 log_file=logs / f"worker-{i + 1}.log",
             )
-            worker = start_worker(config)
+            worker = start_worker(master.config.pool_of(config) if master else config)
             started.append(worker)
             workers.append(worker)
         for worker in workers:
@@ -135,7 +145,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"  gateway   {gateway.url}   (OpenAI API at {gateway.url}/v1, metrics at {gateway.url}/metrics)")
         for i, worker in enumerate(workers):
             print(f"  worker {i + 1}  {worker.url}")
-        print(f"  store     {state_dir / 'sessiongate.db'}\n  KV pool   {pool_dir}\n  logs      {logs}")
+        print(f"  store     {state_dir / 'sessiongate.db'}\n  KV pool   {pool}\n  logs      {logs}")
         if os.environ.get("SESSIONGATE_ALLOW_UNAUTHENTICATED", "true").lower() in ("1", "true", "yes", "on"):
             print(
                 "  authentication: NONE (local use only; SESSIONGATE_ALLOW_UNAUTHENTICATED=false to require keys,"

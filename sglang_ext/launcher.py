@@ -32,6 +32,7 @@ from sglang_ext.worker_config import WorkerConfig, parse_worker_config
 from sglang_ext.worker_process import WorkerProcess, WorkerStartError
 
 __all__ = [
+    "CHECKED_FILE_BACKEND",
     "WorkerConfig",
     "WorkerProcess",
     "WorkerStartError",
@@ -45,6 +46,27 @@ __all__ = [
 # SGLang's file backend reads its directory from this variable before anything else: one left in
 # the environment would silently point a worker away from its configured pool.
 _FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# The `file` layout with a checksum per page (sglang_ext/internals/checked_file_store.py), loaded
+# through SGLang's `dynamic` storage backend.
+CHECKED_FILE_BACKEND = "checked-file"
+_CHECKED_FILE_PLUGIN: dict[str, object] = {
+    "backend_name": CHECKED_FILE_BACKEND,
+    "module_path": "sglang_ext.internals.checked_file_store",
+    "class_name": "CheckedFileStore",
+}
+# SGLang's Mooncake backend that stops asking a dead master for a while
+# (sglang_ext/internals/guarded_mooncake_store.py); `interface_v1`: SGLang's zero-copy calls, as for `mooncake`.
+_MOONCAKE_PLUGIN: dict[str, object] = {
+    "backend_name": "mooncake",
+    "module_path": "sglang_ext.internals.guarded_mooncake_store",
+    "class_name": "GuardedMooncakeStore",
+    "interface_v1": 1,
+}
+# Our pools that SGLang loads through its `dynamic` storage backend.
+_PLUGIN_POOLS: dict[str, dict[str, object]] = {CHECKED_FILE_BACKEND: _CHECKED_FILE_PLUGIN, "mooncake": _MOONCAKE_PLUGIN}
+# The pools that keep their pages in `WorkerConfig.pool_dir`.
+_DIRECTORY_POOLS = ("file", CHECKED_FILE_BACKEND)
 # With priority eviction: the priority of a request that names none. Above 0, so a request sent with
 # priority 0 (a one-off) is evicted before any session's KV.
 DEFAULT_REQUEST_PRIORITY = 1
@@ -107,9 +129,10 @@ def build_command(config: WorkerConfig) -> list[str]:
     ]
     if config.served_model_name is not None:
         command += ["--served-model-name", config.served_model_name]
-    if config.model_path is None:
-        # The tiny random-weight models: their chat template's tool-call format, and forced calls
-        # in compact JSON, which such a model ends instead of padding with whitespace.
+    if config.model_path is None or is_complete(config.model_path):
+        # The tiny random-weight models (made here, or by another worker and shared by path): their chat
+        # template's tool-call format, and forced calls in compact JSON, which such a model ends instead of
+        # padding with whitespace.
         parser = config.tool_call_parser or TINY_TOOL_CALL_PARSER
         command += ["--tool-call-parser", parser, "--constrained-json-disable-any-whitespace"]
     elif config.tool_call_parser is not None:
@@ -136,20 +159,42 @@ def build_command(config: WorkerConfig) -> list[str]:
         if io_backend is not None:
             command += ["--hicache-io-backend", io_backend]
         if config.storage_backend is not None:
+            sglang_backend = "dynamic" if config.storage_backend in _PLUGIN_POOLS else config.storage_backend
             command += [
                 "--hicache-storage-backend",
-                config.storage_backend,
+                sglang_backend,
                 "--hicache-storage-prefetch-policy",
                 config.prefetch_policy,
             ]
-            extra: dict[str, object] = {}
-            if config.storage_backend == "file":
-                extra["file_storage_path"] = str(config.effective_pool_dir)
-            if config.prefetch_threshold is not None:
-                extra["prefetch_threshold"] = config.prefetch_threshold
+            extra = _storage_extra_config(config)
             if extra:
                 command += ["--hicache-storage-backend-extra-config", json.dumps(extra, sort_keys=True)]
+            if config.storage_backend == "mooncake" and not on_cpu:
+                # SGLang moves a `mooncake` pool off its default layer-first host layout, which Mooncake
+                # cannot transfer; it does not know that our `dynamic` one is Mooncake. (CPU: the direct
+                # io backend already implies page_first_direct.)
+                command += ["--hicache-mem-layout", "page_first"]
     return command + list(config.extra_args)
+
+
+def _storage_extra_config(config: WorkerConfig) -> dict[str, object]:
+    """SGLang's `--hicache-storage-backend-extra-config` for the configured pool."""
+    extra: dict[str, object] = dict(_PLUGIN_POOLS.get(config.storage_backend or "", {}))
+    if config.storage_backend in _DIRECTORY_POOLS:
+        extra["file_storage_path"] = str(config.effective_pool_dir)
+    elif config.storage_backend == "mooncake":
+        extra.update(
+            master_server_address=config.mooncake_master,
+            metadata_server=config.mooncake_metadata_server,
+            global_segment_size=config.mooncake_segment_bytes,
+            protocol=config.mooncake_protocol,
+        )
+        if config.host not in _WILDCARD_HOSTS:
+            # The address the other workers' transfer engines reach this one's segment at.
+            extra["local_hostname"] = config.host
+    if config.prefetch_threshold is not None:
+        extra["prefetch_threshold"] = config.prefetch_threshold
+    return extra
 
 
 def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str]:
@@ -186,7 +231,8 @@ def start_worker(config: WorkerConfig) -> WorkerProcess:
     _ensure_model(config, env)
     log_file = config.effective_log_file
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    config.effective_pool_dir.mkdir(parents=True, exist_ok=True)
+    if config.storage_backend in _DIRECTORY_POOLS:
+        config.effective_pool_dir.mkdir(parents=True, exist_ok=True)
     command = build_command(config)
     with log_file.open("ab") as log:
         log.write(f"\n=== sessiongate: starting {' '.join(command)}\n".encode())

@@ -55,9 +55,20 @@ class WorkerConfig:
     hicache_io_backend: str | None = None
     """None: `direct` on CPU (the only one without CUDA kernels), SGLang's default on GPU."""
     storage_backend: str | None = "file"
-    """HiCache L3 backend shared by the workers (`file` uses `pool_dir`); None for no L3."""
+    """The KV pool shared by the workers (HiCache's L3 backend): `file`, a directory (`pool_dir`);
+    `checked-file`, the same with a checksum per page (a damaged page is a miss); `mooncake`, a Mooncake
+    Store (`mooncake_*`); any other SGLang backend name as is; None for no pool."""
     pool_dir: Path | None = None
     """The `file` backend's directory, shared by all local workers; None: `<state_dir>/kv-pool`."""
+    mooncake_master: str = "127.0.0.1:50051"
+    """`host:port` of the `mooncake_master` RPC service (see `sglang_ext.mooncake`)."""
+    mooncake_metadata_server: str = "http://127.0.0.1:8080/metadata"
+    """The transfer engine's metadata service: the master's own HTTP one, or `P2PHANDSHAKE`."""
+    mooncake_segment_bytes: int = 512 << 20
+    """Memory this worker lends to the Mooncake pool; pages it writes live there, so the pool holds
+    at most the sum over the workers, and a stopped worker takes its share with it."""
+    mooncake_protocol: str = "tcp"
+    """The transfer engine's protocol: `tcp` anywhere, `rdma` with an RDMA NIC."""
     prefetch_policy: PrefetchPolicy = "wait_complete"
     priority_eviction: bool = False
     """SGLang's priority scheduling and `priority` radix eviction: a request's `priority` (default 1 when it
@@ -123,6 +134,10 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "hicache_io_backend": _optional(str),
     "storage_backend": _optional(str),
     "pool_dir": _optional(Path),
+    "mooncake_master": str,
+    "mooncake_metadata_server": str,
+    "mooncake_segment_bytes": int,
+    "mooncake_protocol": str,
     "prefetch_policy": str,
     "priority_eviction": _boolean,
     "prefetch_threshold": _optional(int),

@@ -11,7 +11,9 @@ import pytest
 from sglang_ext.cpu_compat import SITE_DIR
 from sglang_ext.hardware import has_cuda
 from sglang_ext.launcher import build_command, build_env, resolve_config
+from sglang_ext.mooncake import MasterConfig, build_master_command
 from sglang_ext.plugin import TINY_TOOL_CALL_PARSER
+from sglang_ext.tiny_model import make_model
 from sglang_ext.worker_config import WorkerConfig, parse_worker_config
 
 
@@ -41,6 +43,14 @@ def test_cpu_command_has_the_cpu_flags_and_hicache(cpu_config: WorkerConfig, tmp
     assert flag_value(command, "--hicache-storage-prefetch-policy") == "wait_complete"
     extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
     assert extra == {"file_storage_path": str(tmp_path / "kv-pool")}
+    assert flag_value(command, "--tool-call-parser") == TINY_TOOL_CALL_PARSER
+    assert "--constrained-json-disable-any-whitespace" in command
+
+
+def test_a_tiny_model_shared_by_path_keeps_its_tool_call_flags(tmp_path: Path) -> None:
+    # A second worker pointed at the first one's tiny model must parse tool calls the same way.
+    shared = make_model(tmp_path / "models" / "tiny")
+    command = build_command(WorkerConfig(state_dir=tmp_path / "second", model_path=shared))
     assert flag_value(command, "--tool-call-parser") == TINY_TOOL_CALL_PARSER
     assert "--constrained-json-disable-any-whitespace" in command
 
@@ -137,3 +147,62 @@ def test_priority_eviction_is_off_by_default_and_sets_sglang_priority_flags(tmp_
     assert int(flag_value(command, "--default-priority-value")) > 0  # above a one-off request's 0
     parsed = parse_worker_config(["--priority-eviction", "true"], {})
     assert parsed.priority_eviction is True
+
+
+def test_a_mooncake_pool_reaches_sglangs_mooncake_backend(tmp_path: Path) -> None:
+    parsed = parse_worker_config(
+        [
+            "--storage-backend",
+            "mooncake",
+            "--mooncake-master",
+            "10.0.0.5:50051",
+            "--mooncake-metadata-server",
+            "http://10.0.0.5:8080/metadata",
+            "--mooncake-segment-bytes",
+            str(1 << 30),
+            "--state-dir",
+            str(tmp_path),
+            "--host",
+            "10.0.0.7",
+        ],
+        {},
+    )
+    command = build_command(parsed)
+    assert flag_value(command, "--hicache-storage-backend") == "dynamic"  # SGLang's MooncakeStore, guarded
+    extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
+    assert extra == {
+        "backend_name": "mooncake",
+        "module_path": "sglang_ext.internals.guarded_mooncake_store",
+        "class_name": "GuardedMooncakeStore",
+        "interface_v1": 1,
+        "master_server_address": "10.0.0.5:50051",
+        "metadata_server": "http://10.0.0.5:8080/metadata",
+        "global_segment_size": 1 << 30,
+        "protocol": "tcp",
+        "local_hostname": "10.0.0.7",  # where the other workers' transfer engines reach this one
+    }
+    everywhere = build_command(WorkerConfig(state_dir=tmp_path, storage_backend="mooncake", host="0.0.0.0"))
+    assert "local_hostname" not in json.loads(flag_value(everywhere, "--hicache-storage-backend-extra-config"))
+
+
+def test_the_checked_file_pool_is_sglangs_dynamic_backend_on_the_pool_directory(tmp_path: Path) -> None:
+    command = build_command(WorkerConfig(state_dir=tmp_path, storage_backend="checked-file"))
+    assert flag_value(command, "--hicache-storage-backend") == "dynamic"
+    extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
+    assert extra == {
+        "backend_name": "checked-file",
+        "module_path": "sglang_ext.internals.checked_file_store",
+        "class_name": "CheckedFileStore",
+        "file_storage_path": str(tmp_path / "kv-pool"),
+    }
+
+
+def test_a_mooncake_master_listens_on_the_configured_address_only(tmp_path: Path) -> None:
+    master = MasterConfig(host="127.0.0.1", rpc_port=5001, metadata_port=5002, admin_port=5003)
+    command = build_master_command(master)
+    assert command[1:3] == ["-m", "mooncake.cli"]
+    for flag in ("rpc_address", "http_metadata_server_host", "metrics_host"):
+        assert f"--{flag}=127.0.0.1" in command
+    worker = master.pool_of(WorkerConfig(state_dir=tmp_path))
+    assert (worker.storage_backend, worker.mooncake_master) == ("mooncake", "127.0.0.1:5001")
+    assert worker.mooncake_metadata_server == "http://127.0.0.1:5002/metadata"

@@ -1,0 +1,220 @@
+"""Mooncake Store as the shared KV pool, on real SGLang 0.5.23 CPU servers and a real `mooncake_master`.
+
+One master on loopback and two tiny-model workers, A and B, that use it as their L3 pool (and share
+nothing else) for the whole module. A session's turn 1 runs on A and is written through to Mooncake;
+B prefetches it and turn 2 on B starts from that KV. The last test kills the master: the pool is gone,
+which must be a cache miss and nothing worse.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+
+from .conftest import answer, chat, long_system_prompt, prefetch, wait_finished
+
+pytestmark = pytest.mark.engine
+
+_UNAVAILABLE = mooncake_unavailable()
+if _UNAVAILABLE is not None:
+    _WHY = (
+        f"the Mooncake Store client does not import here ({_UNAVAILABLE}); scripts/setup.sh installs it "
+        "(the `mooncake` extra) and scripts/ensure-mooncake-libs.sh its system libraries"
+    )
+    if os.environ.get("SESSIONGATE_REQUIRE_MOONCAKE") == "1":
+        pytest.fail(_WHY, pytrace=False)
+    pytest.skip(_WHY, allow_module_level=True)
+
+READY_TIMEOUT = 300.0
+PAGE = 64  # WorkerConfig.page_size
+GREEDY_4 = {"max_new_tokens": 4, "temperature": 0}
+SEGMENT_BYTES = 128 << 20  # each worker's share of the pool: ~1000 pages of the tiny model
+
+
+@dataclass
+class Pool:
+    master: MooncakeMaster
+    a: httpx.Client
+    b: httpx.Client
+    a_process: WorkerProcess
+    b_process: WorkerProcess
+
+
+@pytest.fixture(scope="module")
+def pool(worker_state_dir: Path, free_ports: Callable[[], int]) -> Iterator[Pool]:
+    master_config = MasterConfig(
+        rpc_port=free_ports(),
+        metadata_port=free_ports(),
+        admin_port=free_ports(),
+        log_file=worker_state_dir / "mooncake-master.log",
+    )
+    master = start_master(master_config)
+    workers: list[WorkerProcess] = []
+    try:
+        master.wait_ready()
+        for name in ("mooncake-a", "mooncake-b"):
+            config = WorkerConfig(
+                state_dir=worker_state_dir,
+                port=free_ports(),
+                mooncake_segment_bytes=SEGMENT_BYTES,
+                log_file=worker_state_dir / f"{name}.log",
+            )
+            workers.append(start_worker(master_config.pool_of(config)))
+        for worker in workers:
+            worker.wait_ready(READY_TIMEOUT)
+        with (
+            httpx.Client(base_url=workers[0].url, timeout=120.0) as a,
+            httpx.Client(base_url=workers[1].url, timeout=120.0) as b,
+        ):
+            yield Pool(master, a, b, workers[0], workers[1])
+    finally:
+        for worker in workers:
+            worker.stop()
+        master.stop()
+
+
+def wait_for_new_keys(master: MooncakeMaster, before: set[str], timeout: float = 60.0) -> set[str]:
+    """Write-through reaches the pool in the background; wait until it has stopped growing."""
+    deadline = time.monotonic() + timeout
+    new: set[str] = set()
+    while time.monotonic() < deadline:
+        grown = set(master.keys()) - before
+        if grown and grown == new:
+            return new
+        new = grown
+        time.sleep(0.5)
+    raise AssertionError(f"no new keys settled in the Mooncake pool after {timeout:.0f} s ({len(new)} so far)")
+
+
+def test_a_session_moves_to_another_worker_through_mooncake(pool: Pool) -> None:
+    turn1 = [{"role": "system", "content": long_system_prompt("mooncake")}, {"role": "user", "content": "Page 21?"}]
+    before = set(pool.master.keys())
+    answer1 = chat(pool.a, turn1)
+    new_keys = wait_for_new_keys(pool.master, before)
+    # The same hashed page keys as the file pool, prefixed with the served model (SGLang's MooncakeStore
+    # stores K and V of a page under two keys).
+    model = pool.a_process.config.model_path or pool.a_process.config.state_dir / "models" / "tiny"
+    assert all(key.startswith("-".join(str(model).split("/")) + "_") for key in new_keys)
+    assert len(new_keys) == 2 * (answer1["usage"]["prompt_tokens"] // PAGE)
+
+    context = [*turn1, {"role": "assistant", "content": answer(answer1)}]
+    turn2 = [*context, {"role": "user", "content": "And page 28?"}]
+    accepted = prefetch(pool.b, session_id="mooncake", messages=context, target="device")
+    status = wait_finished(pool.b, accepted.prefetch_id)
+    assert status.state == "done"
+    full_pages = accepted.tokens // PAGE
+    assert status.pages_requested == full_pages
+    assert status.pages_unavailable == 0
+    assert status.pages_on_device + status.pages_in_host == full_pages
+    assert status.bytes_loaded > 0
+
+    on_b = chat(pool.b, turn2)
+    on_a = chat(pool.a, turn2)
+    details = on_b["sglext"]["cached_tokens_details"]
+    assert details["storage_backend"] == "GuardedMooncakeStore"
+    assert details["storage"] == 0  # all of it was prefetched before the request came
+    assert details["device"] + details["host"] >= full_pages * PAGE
+    assert answer(on_b) == answer(on_a)
+
+
+def test_prefetch_to_host_by_token_ids(pool: Pool) -> None:
+    prompt = [11 + i % 300 for i in range(10 * PAGE + 3)]
+    before = set(pool.master.keys())
+    computed = pool.a.post("/generate", json={"input_ids": prompt, "sampling_params": GREEDY_4})
+    assert computed.status_code == 200, computed.text
+    wait_for_new_keys(pool.master, before)
+
+    status = wait_finished(pool.b, prefetch(pool.b, session_id="ids", input_ids=prompt, target="host").prefetch_id)
+    assert (status.state, status.pages_in_host, status.pages_on_device, status.pages_unavailable) == ("done", 10, 0, 0)
+    served = pool.b.post(
+        "/generate",
+        json={"input_ids": prompt, "sampling_params": GREEDY_4, "return_cached_tokens_details": True},
+    )
+    assert served.status_code == 200, served.text
+    assert served.json()["meta_info"]["cached_tokens_details"]["host"] == 10 * PAGE
+    assert served.json()["output_ids"] == computed.json()["output_ids"]
+
+
+def test_cache_salt_keeps_tenants_apart_in_the_pool(pool: Pool) -> None:
+    messages = [{"role": "system", "content": long_system_prompt("salted", 30)}, {"role": "user", "content": "Hi"}]
+    before = set(pool.master.keys())
+    chat(pool.a, messages, cache_salt="tenant-1")
+    assert wait_for_new_keys(pool.master, before)
+
+    other_tenant = prefetch(pool.b, session_id="t2", messages=messages, cache_salt="tenant-2")
+    assert wait_finished(pool.b, other_tenant.prefetch_id).pages_unavailable == other_tenant.tokens // PAGE
+    unsalted = prefetch(pool.b, session_id="t0", messages=messages)
+    assert wait_finished(pool.b, unsalted.prefetch_id).pages_unavailable == unsalted.tokens // PAGE
+    same_tenant = prefetch(pool.b, session_id="t1", messages=messages, cache_salt="tenant-1")
+    status = wait_finished(pool.b, same_tenant.prefetch_id)
+    assert (status.pages_unavailable, status.pages_in_host) == (0, same_tenant.tokens // PAGE)
+
+
+def test_losing_the_master_is_a_cache_miss(pool: Pool) -> None:
+    messages = [{"role": "system", "content": long_system_prompt("no-master")}, {"role": "user", "content": "Hi"}]
+    before = set(pool.master.keys())
+    computed = chat(pool.a, messages)
+    assert wait_for_new_keys(pool.master, before)
+
+    pool.master.kill()
+    started = time.monotonic()
+    served = chat(pool.b, messages)  # B has none of it in memory, and the pool is gone
+    first_miss_s = time.monotonic() - started
+    assert served["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert answer(served) == answer(computed)
+    # Both keep serving, writing through to a pool that is no longer there; B has stopped asking it.
+    fresh = [{"role": "system", "content": long_system_prompt("after", 20)}, {"role": "user", "content": "?"}]
+    started = time.monotonic()
+    on_b = chat(pool.b, fresh)
+    next_miss_s = time.monotonic() - started
+    assert answer(chat(pool.a, fresh)) == answer(on_b)
+    assert "Mooncake master unreachable" in pool.b_process.log_file.read_text(errors="replace")
+    print(f"with the master gone: first miss {first_miss_s:.1f} s, the next {next_miss_s:.1f} s")
+    assert pool.a_process.poll() is None
+    assert pool.b_process.poll() is None
+
+
+def test_the_guard_stops_asking_a_dead_master(
+    cpu_compat: bool, worker_state_dir: Path, free_ports: Callable[[], int]
+) -> None:
+    from sglang_ext.internals.guarded_mooncake_store import GuardedMooncakeStore
+    from sglang_ext.internals.storage_config import single_rank_storage_config
+
+    master_config = MasterConfig(
+        rpc_port=free_ports(),
+        metadata_port=free_ports(),
+        admin_port=free_ports(),
+        log_file=worker_state_dir / "guard-master.log",
+    )
+    with start_master(master_config) as master:
+        master.wait_ready()
+        storage_config = single_rank_storage_config(
+            "guard",
+            {
+                "master_server_address": master_config.master_address,
+                "metadata_server": master_config.metadata_server,
+                "global_segment_size": 16 << 20,
+                "protocol": "tcp",
+                "local_hostname": "127.0.0.1",
+            },
+        )
+        store = GuardedMooncakeStore(storage_config)  # its warm-up puts and gets one object
+        assert store.store.put("present", b"x" * 4096) == 0
+        assert store._batch_exist(["present", "absent"]) == [1, 0]
+
+        master.kill()
+        assert store.batch_exists(["present"]) == 0  # the first call fails at once (RPC_FAIL)
+        started = time.monotonic()
+        for _ in range(3):
+            assert store.batch_exists(["present"]) == 0
+        # Unguarded, each of these waits for a reconnect attempt (~4.3 s here).
+        assert time.monotonic() - started < 1.0
