@@ -53,6 +53,8 @@ class LoadReport:
     turns_sent: int = 0
     turns_ok: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    # Where each transport error happened: "<exception> at <httpcore phase> on a <new|reused> connection".
+    error_details: dict[str, int] = field(default_factory=dict)
     throughput_turns_per_s: float = 0.0
     latency_ms: dict[str, float] = field(default_factory=dict)
     direct_latency_ms: dict[str, float] = field(default_factory=dict)
@@ -66,6 +68,7 @@ class LoadReport:
         lines = [
             f"sessions {self.config['sessions']}, {self.config['duration_s']} s, {self.config['workers']} fake workers",
             f"turns sent {self.turns_sent}, ok {self.turns_ok}, errors {self.errors or 0}",
+            *([f"error details {self.error_details}"] if self.error_details else []),
             f"throughput {self.throughput_turns_per_s:.1f} turns/s",
             f"latency ms through the gateway p50 {lat.get('p50', 0):.1f} p99 {lat.get('p99', 0):.1f}",
             f"latency ms straight to a worker p50 {direct.get('p50', 0):.1f} p99 {direct.get('p99', 0):.1f}",
@@ -95,6 +98,25 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
+class _Trace:
+    """httpcore's trace hook for one request: whether it opened a connection, and the first phase that failed."""
+
+    def __init__(self) -> None:
+        self.new_connection = False
+        self.phase = "pool"
+        self._failed = False
+
+    async def __call__(self, event: str, info: dict[str, Any]) -> None:
+        if event.startswith("connection.connect_tcp"):
+            self.new_connection = True
+        if not self._failed and event.endswith((".started", ".failed")):
+            self.phase = event.rsplit(".", 1)[0]
+            self._failed = event.endswith(".failed")
+
+    def describe(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__} at {self.phase} on a {'new' if self.new_connection else 'reused'} connection"
+
+
 async def _turn(
     client: httpx.AsyncClient,
     url: str,
@@ -103,16 +125,18 @@ async def _turn(
     stream: bool,
     max_tokens: int,
     headers: dict[str, str],
+    trace: _Trace | None = None,
 ) -> str:
     """One chat request; the assistant's text. Raises on any error status or error event."""
     body = {"model": "fake-model", "messages": messages, "stream": stream, "max_tokens": max_tokens}
+    extensions = {"trace": trace} if trace is not None else None
     if not stream:
-        response = await client.post(url, json=body, headers=headers)
+        response = await client.post(url, json=body, headers=headers, extensions=extensions)
         if response.status_code != 200:
             raise RuntimeError(f"status_{response.status_code}")
         return str(response.json()["choices"][0]["message"]["content"] or "")
     parts: list[str] = []
-    async with client.stream("POST", url, json=body, headers=headers) as response:
+    async with client.stream("POST", url, json=body, headers=headers, extensions=extensions) as response:
         if response.status_code != 200:
             raise RuntimeError(f"status_{response.status_code}")
         done = False
@@ -138,6 +162,7 @@ async def _session(
     deadline: float,
     latencies: list[float],
     errors: Counter[str],
+    details: Counter[str],
     counts: Counter[str],
 ) -> None:
     rng = random.Random(config.seed * 1_000_003 + index)
@@ -149,12 +174,21 @@ async def _session(
         stream = rng.random() < config.stream_share
         started = time.perf_counter()
         counts["sent"] += 1
+        trace = _Trace()
         try:
             text = await _turn(
-                client, url, messages, stream=stream, max_tokens=config.max_tokens, headers={"x-session-id": session_id}
+                client,
+                url,
+                messages,
+                stream=stream,
+                max_tokens=config.max_tokens,
+                headers={"x-session-id": session_id},
+                trace=trace,
             )
         except (RuntimeError, httpx.HTTPError, orjson.JSONDecodeError) as exc:
             errors[str(exc) if isinstance(exc, RuntimeError) else type(exc).__name__] += 1
+            if isinstance(exc, httpx.TransportError):
+                details[trace.describe(exc)] += 1
             messages.pop()
             await asyncio.sleep(0.1)
             continue
@@ -226,6 +260,7 @@ async def _count_rows(database_url: str) -> dict[str, int]:
 async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport) -> None:
     latencies: list[float] = []
     errors: Counter[str] = Counter()
+    details: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=config.sessions + 10, max_keepalive_connections=config.sessions + 10)
     url = f"{gateway.url}/v1/chat/completions"
@@ -240,13 +275,17 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
 
         sampler = asyncio.create_task(sample_rss())
         await asyncio.gather(
-            *(_session(i, client, url, config, deadline, latencies, errors, counts) for i in range(config.sessions))
+            *(
+                _session(i, client, url, config, deadline, latencies, errors, details, counts)
+                for i in range(config.sessions)
+            )
         )
         elapsed = time.monotonic() - started
         sampler.cancel()
     report.rss_mb.append((round(elapsed, 1), round(_rss_mb(gateway.pid), 1)))
     report.turns_sent, report.turns_ok = counts["sent"], counts["ok"]
     report.errors = dict(errors)
+    report.error_details = dict(details)
     report.throughput_turns_per_s = counts["ok"] / elapsed
     report.latency_ms = _percentiles(latencies)
 

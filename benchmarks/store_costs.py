@@ -5,9 +5,12 @@ answered with a tool call and the tool's result answered with text. Every turn i
 `get_or_create_session`, `begin_turn` before the worker, `complete_turn` after. Where the store supports it, a
 second flow drops the get-or-create call and passes `begin_turn(create_session=True)` instead. Sessions run one
 after the other (concurrency 1), after an untimed warm-up session, so the numbers are the store's own latency.
+`--concurrency N` adds a second measurement: N sessions at once, as a busy gateway writes them, reporting turns
+per second, the per-turn latency and how many store calls failed (SQLite allows one writer at a time).
 
     python -m benchmarks.store_costs                        # a temp SQLite file, and the local PostgreSQL if it answers
     python -m benchmarks.store_costs --turns 40 --sessions 5
+    python -m benchmarks.store_costs --concurrency 32 --sessions 64 --turns 10
     python -m benchmarks.store_costs --database-url postgresql+asyncpg://postgres@127.0.0.1:5432/postgres
 
 A PostgreSQL URL names a server: a temporary database is created there, migrated, and dropped at the end.
@@ -35,7 +38,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from sessions import SqlSessionStore, create_engine, upgrade
+from sessions import SqlSessionStore, StoreUnavailable, create_engine, upgrade
 
 __all__ = ["main"]
 
@@ -183,6 +186,52 @@ async def measure(url: URL, *, turns: int, sessions: int) -> dict[str, Timings]:
         await store.close()
 
 
+@dataclass
+class Concurrent:
+    concurrency: int
+    turns_ok: int
+    failures: int
+    wall_s: float
+    per_turn_ms: list[float]
+
+
+async def measure_concurrent(url: URL, *, turns: int, sessions: int, concurrency: int) -> Concurrent:
+    """`sessions` sessions of `turns` turns, `concurrency` of them at once (begin_turn creates the session)."""
+    await upgrade(url)
+    store = SqlSessionStore(create_engine(url))
+    run = secrets.token_hex(4)
+    gate = asyncio.Semaphore(concurrency)
+    failures = 0
+    per_turn: list[float] = []
+
+    async def one(number: int) -> None:
+        nonlocal failures
+        async with gate:
+            try:
+                timings = await _session(store, f"concurrent-{run}-{number}", number, turns, fused=True)
+            except StoreUnavailable:
+                failures += 1
+                return
+            per_turn.extend(timings.wall["per turn"])
+
+    try:
+        await _session(store, f"warmup-{run}", 0, min(turns, 6), fused=True)
+        started = time.perf_counter()
+        await asyncio.gather(*(one(n) for n in range(1, sessions + 1)))
+        return Concurrent(concurrency, len(per_turn), failures, time.perf_counter() - started, per_turn)
+    finally:
+        await store.close()
+
+
+def report_concurrent(name: str, result: Concurrent) -> str:
+    values = result.per_turn_ms or [float("nan")]
+    return (
+        f"{name}: concurrency {result.concurrency}: {result.turns_ok} turns in {result.wall_s:.1f} s"
+        f" ({result.turns_ok / result.wall_s:.0f} turns/s), per turn p50 {statistics.median(values):.1f} ms"
+        f" p99 {_percentile(values, 0.99):.1f} ms, sessions failed (store unavailable): {result.failures}"
+    )
+
+
 def report(name: str, results: dict[str, Timings], turns: int, sessions: int) -> str:
     lines = [
         f"{name}: {sessions} sessions x {turns} turns, concurrency 1; wall-clock ms, and turn 1 / turn {turns} as"
@@ -223,7 +272,14 @@ async def _postgres_database(server: URL) -> AsyncIterator[URL]:
         await _admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-async def _run(urls: list[tuple[str, URL]], *, turns: int, sessions: int, required: bool) -> int:
+async def _measure_and_report(name: str, url: URL, *, turns: int, sessions: int, concurrency: int) -> None:
+    print(report(name, await measure(url, turns=turns, sessions=sessions), turns, sessions))
+    if concurrency > 1:
+        result = await measure_concurrent(url, turns=turns, sessions=sessions, concurrency=concurrency)
+        print(report_concurrent(name, result))
+
+
+async def _run(urls: list[tuple[str, URL]], *, turns: int, sessions: int, concurrency: int, required: bool) -> int:
     for name, url in urls:
         if url.get_backend_name() == "postgresql":
             try:
@@ -234,10 +290,9 @@ async def _run(urls: list[tuple[str, URL]], *, turns: int, sessions: int, requir
                     return 1
                 continue
             async with _postgres_database(url) as database:
-                results = await measure(database, turns=turns, sessions=sessions)
+                await _measure_and_report(name, database, turns=turns, sessions=sessions, concurrency=concurrency)
         else:
-            results = await measure(url, turns=turns, sessions=sessions)
-        print(report(name, results, turns, sessions))
+            await _measure_and_report(name, url, turns=turns, sessions=sessions, concurrency=concurrency)
     return 0
 
 
@@ -246,9 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", help="measure only this database (default: temp SQLite + local PostgreSQL)")
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--sessions", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=1, help="also run --sessions sessions this many at once")
     args = parser.parse_args(argv)
-    if args.turns < 1 or args.sessions < 1:
-        parser.error("--turns and --sessions must be at least 1")
+    if args.turns < 1 or args.sessions < 1 or args.concurrency < 1:
+        parser.error("--turns, --sessions and --concurrency must be at least 1")
 
     with tempfile.TemporaryDirectory(prefix="sessiongate-store-costs-") as tmp:
         if args.database_url is not None:
@@ -260,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
                 ("postgresql", make_url(LOCAL_POSTGRES)),
             ]
         required = args.database_url is not None
-        return asyncio.run(_run(urls, turns=args.turns, sessions=args.sessions, required=required))
+        return asyncio.run(
+            _run(urls, turns=args.turns, sessions=args.sessions, concurrency=args.concurrency, required=required)
+        )
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -51,7 +52,7 @@ from .upstream import WorkerClient, make_http_client
 from .wiring import start_routing
 from .workers import WorkerPool
 
-__all__ = ["create_app"]
+__all__ = ["DuplicateInstance", "create_app"]
 
 log = structlog.get_logger(__name__)
 
@@ -102,6 +103,14 @@ def create_app(
                 the_store = sessions.SqlSessionStore(sessions.create_engine(settings.database_url))
                 stack.push_async_callback(the_store.close)
             instance, run = settings.instance_id or f"{socket.gethostname()}:{settings.port}", secrets.token_hex(8)
+            await _lease_instance(the_store, settings, instance, run)
+            stack.push_async_callback(_release_instance, the_store, instance, run)
+
+            async def renew_lease() -> None:
+                if not await the_store.heartbeat_instance(instance, run=run):
+                    log.error("instance_lease_lost", instance=instance, detail="another process took this id over")
+
+            stack.callback(asyncio.create_task(_every(settings.instance_lease_s / 3, renew_lease)).cancel)
             await _fail_stale_turns(the_store, settings, instance, run)
             pool = WorkerPool(
                 settings.workers,
@@ -112,6 +121,24 @@ def create_app(
             await pool.check_all()  # serve knowing which workers answer
             health = asyncio.create_task(pool.run_health_checks(settings.health_interval_s))
             stack.callback(health.cancel)
+            limits = TenantLimits(
+                max_concurrent=settings.tenant_max_concurrent, tokens_per_minute=settings.tenant_tokens_per_minute
+            )
+
+            async def reload_limits() -> None:
+                limits.replace_overrides(await the_store.list_tenants(with_overrides=True))
+
+            async def sweep_idempotency_keys() -> None:
+                cutoff = datetime.now(UTC) - timedelta(seconds=settings.idempotency_retention_s)
+                if count := await the_store.delete_idempotency_keys(created_before=cutoff):
+                    log.info("idempotency_keys_expired", count=count)
+
+            await reload_limits()
+            for job, interval in (
+                (reload_limits, settings.key_cache_ttl_s),
+                (sweep_idempotency_keys, settings.idempotency_sweep_interval_s),
+            ):
+                stack.callback(asyncio.create_task(_every(interval, job)).cancel)
             salts = CacheSalts(_salt_secret(settings))
             routing = await start_routing(stack, settings, pool, http, the_store, policy, salts.for_tenant)
             state = GatewayState(
@@ -123,10 +150,7 @@ def create_app(
                 store=the_store,
                 metrics=gateway_metrics,
                 keys=KeyRing(the_store, ttl_s=settings.key_cache_ttl_s),
-                limits=TenantLimits(
-                    max_concurrent=settings.tenant_max_concurrent,
-                    tokens_per_minute=settings.tenant_tokens_per_minute,
-                ),
+                limits=limits,
                 salts=salts,
                 instance=instance,
                 run=run,
@@ -157,6 +181,64 @@ def create_app(
     return app
 
 
+class DuplicateInstance(RuntimeError):
+    """Another live gateway holds this instance id: starting would fail its in-flight turns."""
+
+
+def _dead_on_this_host(holder: sessions.InstanceLease) -> bool:
+    """Whether the holder ran on this host and its process is gone (a crash: no need to wait out its lease)."""
+    if holder.host != socket.gethostname():
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # a process of another user has that pid: alive
+        return False
+    return False
+
+
+async def _lease_instance(store: sessions.SessionStore, settings: GatewaySettings, instance: str, run: str) -> None:
+    """Claim the instance id, or raise `DuplicateInstance`. A holder elsewhere whose heartbeat is recent may have
+    just crashed: its lease is watched until it would expire, and only a holder that keeps renewing it wins."""
+
+    async def claim() -> sessions.InstanceLease | None:
+        return await store.claim_instance(
+            instance,
+            run=run,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            stale_before=datetime.now(UTC) - timedelta(seconds=settings.instance_lease_s),
+            holder_dead=_dead_on_this_host,
+        )
+
+    holder = await claim()
+    if holder is None:
+        return
+    log.warning(
+        "instance_id_held", instance=instance, host=holder.host, pid=holder.pid, wait_s=settings.instance_lease_s
+    )
+    await asyncio.sleep(settings.instance_lease_s)
+    holder = await claim()
+    if holder is None:
+        return
+    age = (datetime.now(UTC) - holder.heartbeat_at).total_seconds()
+    message = (
+        f"Another live gateway uses instance id {instance!r} (host {holder.host}, pid {holder.pid}, heartbeat "
+        f"{age:.1f} s ago). Give each replica its own SESSIONGATE_INSTANCE_ID: two with one id fail each "
+        "other's in-flight turns."
+    )
+    log.error("duplicate_instance_id", instance=instance, host=holder.host, pid=holder.pid)
+    raise DuplicateInstance(message)
+
+
+async def _release_instance(store: sessions.SessionStore, instance: str, run: str) -> None:
+    try:
+        await store.release_instance(instance, run=run)
+    except sessions.StoreError as exc:  # the lease then expires on its own
+        log.warning("instance_lease_not_released", error=str(exc))
+
+
 async def _fail_stale_turns(store: sessions.SessionStore, settings: GatewaySettings, instance: str, run: str) -> None:
     """Turns left pending by a gateway that died: this replica's earlier runs' at once (a replica runs one process
     at a time, so nothing serves them any more); any replica's once none can still be serving them."""
@@ -173,6 +255,16 @@ async def _fail_stale_turns(store: sessions.SessionStore, settings: GatewaySetti
     )
     if count:
         log.warning("stale_turns_failed", count=count)
+
+
+async def _every(interval_s: float, job: Callable[[], Awaitable[None]]) -> None:
+    """Run `job` every `interval_s` until cancelled; a store outage skips a round instead of ending the loop."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await job()
+        except sessions.StoreError as exc:
+            log.warning("periodic_job_failed", job=job.__name__, error=str(exc))
 
 
 def _salt_secret(settings: GatewaySettings) -> bytes:

@@ -1,8 +1,13 @@
-"""The admin API for tenant keys: create (the secret is in this one answer only), list, revoke.
+"""The admin API for tenants and their keys: keys created (the secret is in this one answer only), listed,
+revoked; tenants' limit overrides set and shown.
 
     POST   /v1/admin/keys              {"tenant": "acme", "name": "ci"}  -> 201, the key with its secret
     GET    /v1/admin/keys[?tenant=T]   -> the keys, never their secrets
     DELETE /v1/admin/keys/{key_id}     -> the revoked key (revoking twice is harmless)
+    GET    /v1/admin/tenants           -> the tenants, with their overrides and the limits they get
+    GET    /v1/admin/tenants/{id}      -> one tenant (404 if it has neither key, session nor limits)
+    PUT    /v1/admin/tenants/{id}/limits  {"max_concurrent": 4, "tokens_per_minute": null}  -> the tenant
+           (replaces both overrides: null or absent = the global setting, 0 = no limit; creates the tenant)
 
 Every call needs the admin key (`require_admin`).
 """
@@ -21,12 +26,13 @@ from starlette.routing import Route
 import sessions
 
 from .auth import require_admin
-from .errors import InvalidRequest
+from .errors import InvalidRequest, NotFound
+from .limits import TenantLimits
 from .schemas import parse_json, validate
 from .state import gateway_state
 from .tenancy import create_key, revoke_key
 
-__all__ = ["TENANT_ID_PATTERN", "CreateKeyBody", "key_routes", "serialize_key"]
+__all__ = ["TENANT_ID_PATTERN", "CreateKeyBody", "TenantLimitsBody", "key_routes", "serialize_key"]
 
 TENANT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 _KEY_ID = re.compile(r"^key_[0-9a-f]{24}$")
@@ -37,6 +43,13 @@ class CreateKeyBody(BaseModel):
 
     tenant: str = Field(pattern=TENANT_ID_PATTERN)
     name: str = Field(default="", max_length=256)
+
+
+class TenantLimitsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrent: int | None = Field(default=None, ge=0, le=1_000_000)
+    tokens_per_minute: int | None = Field(default=None, ge=0, le=10**12)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -86,9 +99,62 @@ async def revoke_api_key(request: Request) -> Response:
     return JSONResponse(serialize_key(record))
 
 
+def serialize_tenant(record: sessions.TenantRecord, limits: TenantLimits) -> dict[str, Any]:
+    effective = limits.for_tenant(record.id)
+    return {
+        "id": record.id,
+        "object": "tenant",
+        "name": record.name,
+        "created_at": _iso(record.created_at),
+        "limits": {"max_concurrent": record.max_concurrent, "tokens_per_minute": record.tokens_per_minute},
+        "effective_limits": {
+            "max_concurrent": effective.max_concurrent,
+            "tokens_per_minute": effective.tokens_per_minute,
+        },
+    }
+
+
+def _tenant_id(request: Request) -> str:
+    tenant = request.path_params["tenant_id"]
+    validate(CreateKeyBody, {"tenant": tenant})
+    return str(tenant)
+
+
+async def list_tenants(request: Request) -> Response:
+    state = gateway_state(request)
+    require_admin(request, state.settings)
+    records = await state.store.list_tenants()
+    return JSONResponse({"object": "list", "data": [serialize_tenant(r, state.limits) for r in records]})
+
+
+async def show_tenant(request: Request) -> Response:
+    state = gateway_state(request)
+    require_admin(request, state.settings)
+    tenant_id = _tenant_id(request)
+    found = await state.store.list_tenants(tenant_id=tenant_id)
+    if not found:
+        raise NotFound(f"No tenant {tenant_id!r}.", code="tenant_not_found")
+    return JSONResponse(serialize_tenant(found[0], state.limits))
+
+
+async def set_tenant_limits(request: Request) -> Response:
+    state = gateway_state(request)
+    require_admin(request, state.settings)
+    tenant_id = _tenant_id(request)
+    body = validate(TenantLimitsBody, parse_json(await request.body()))
+    record = await state.store.set_tenant_limits(
+        tenant_id, max_concurrent=body.max_concurrent, tokens_per_minute=body.tokens_per_minute
+    )
+    state.limits.set_override(record)  # at once here; other replicas at their next reload
+    return JSONResponse(serialize_tenant(record, state.limits))
+
+
 def key_routes() -> list[Route]:
     return [
         Route("/v1/admin/keys", create_api_key, methods=["POST"]),
         Route("/v1/admin/keys", list_api_keys, methods=["GET"]),
         Route("/v1/admin/keys/{key_id}", revoke_api_key, methods=["DELETE"]),
+        Route("/v1/admin/tenants", list_tenants, methods=["GET"]),
+        Route("/v1/admin/tenants/{tenant_id}", show_tenant, methods=["GET"]),
+        Route("/v1/admin/tenants/{tenant_id}/limits", set_tenant_limits, methods=["PUT"]),
     ]

@@ -6,17 +6,32 @@ budget does not have room for). Tokens are counted after the fact, from the usag
 admitted while the tenant's bucket is not empty, and its tokens are taken when it ends, so a tenant may
 overshoot by the turns it already has in flight, never by more. A refusal is a 429 with `Retry-After` (the
 time until the bucket is positive again, or 1 s for concurrency).
+
+The global values come from the settings; the admin may override either per tenant (stored on the tenant:
+`PUT /v1/admin/tenants/{id}/limits`, `sessiongate keys limits`). Each replica holds the overrides in memory,
+reloaded from the store every `key_cache_ttl_s` (and at once on the replica that set them), so admission never
+waits on the database.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+import sessions
 
 from .errors import RateLimited
 
-__all__ = ["Admission", "TenantLimits"]
+__all__ = ["Admission", "EffectiveLimits", "TenantLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class EffectiveLimits:
+    """The limits a tenant gets: its overrides where set, the global values elsewhere (0: no limit)."""
+
+    max_concurrent: int
+    tokens_per_minute: int
 
 
 @dataclass(slots=True)
@@ -46,30 +61,52 @@ class TenantLimits:
     def __init__(
         self, *, max_concurrent: int, tokens_per_minute: int, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.max_concurrent = max_concurrent
-        self.tokens_per_minute = tokens_per_minute
+        self.defaults = EffectiveLimits(max_concurrent=max_concurrent, tokens_per_minute=tokens_per_minute)
         self._clock = clock
         self._in_flight: dict[str, int] = {}
         self._buckets: dict[str, _Bucket] = {}
+        self._overrides: dict[str, EffectiveLimits] = {}
+
+    def for_tenant(self, tenant_id: str) -> EffectiveLimits:
+        return self._overrides.get(tenant_id, self.defaults)
+
+    def set_override(self, tenant: sessions.TenantRecord) -> None:
+        """Apply one tenant's stored overrides (None fields fall back to the global values)."""
+        if tenant.max_concurrent is None and tenant.tokens_per_minute is None:
+            self._overrides.pop(tenant.id, None)
+            return
+        self._overrides[tenant.id] = EffectiveLimits(
+            max_concurrent=self.defaults.max_concurrent if tenant.max_concurrent is None else tenant.max_concurrent,
+            tokens_per_minute=(
+                self.defaults.tokens_per_minute if tenant.tokens_per_minute is None else tenant.tokens_per_minute
+            ),
+        )
+
+    def replace_overrides(self, tenants: Iterable[sessions.TenantRecord]) -> None:
+        """Every tenant's overrides, as the store holds them now (a tenant no longer listed loses its own)."""
+        self._overrides.clear()
+        for tenant in tenants:
+            self.set_override(tenant)
 
     def in_flight(self, tenant_id: str) -> int:
         return self._in_flight.get(tenant_id, 0)
 
     def admit(self, tenant_id: str) -> Admission:
         """Admit one turn of `tenant_id`, or raise `RateLimited`."""
-        if self.tokens_per_minute:
-            bucket = self._bucket(tenant_id)
+        limits = self.for_tenant(tenant_id)
+        if limits.tokens_per_minute:
+            bucket = self._bucket(tenant_id, limits.tokens_per_minute)
             if bucket.level <= 0:
-                per_second = self.tokens_per_minute / 60.0
+                per_second = limits.tokens_per_minute / 60.0
                 raise RateLimited(
-                    f"Tenant token limit of {self.tokens_per_minute} tokens per minute reached; retry later.",
+                    f"Tenant token limit of {limits.tokens_per_minute} tokens per minute reached; retry later.",
                     retry_after_s=(1.0 - bucket.level) / per_second,
                     code="tokens_per_minute_exceeded",
                 )
         in_flight = self._in_flight.get(tenant_id, 0)
-        if self.max_concurrent and in_flight >= self.max_concurrent:
+        if limits.max_concurrent and in_flight >= limits.max_concurrent:
             raise RateLimited(
-                f"Tenant limit of {self.max_concurrent} concurrent requests reached; retry later.",
+                f"Tenant limit of {limits.max_concurrent} concurrent requests reached; retry later.",
                 retry_after_s=1.0,
                 code="concurrency_limit_exceeded",
             )
@@ -77,8 +114,9 @@ class TenantLimits:
         return Admission(self, tenant_id)
 
     def charge(self, tenant_id: str, tokens: int) -> None:
-        if self.tokens_per_minute and tokens > 0:
-            self._bucket(tenant_id).level -= tokens
+        tokens_per_minute = self.for_tenant(tenant_id).tokens_per_minute
+        if tokens_per_minute and tokens > 0:
+            self._bucket(tenant_id, tokens_per_minute).level -= tokens
 
     def release(self, tenant_id: str) -> None:
         left = self._in_flight.get(tenant_id, 0) - 1
@@ -87,9 +125,10 @@ class TenantLimits:
         else:
             self._in_flight.pop(tenant_id, None)
 
-    def _bucket(self, tenant_id: str) -> _Bucket:
+    def _bucket(self, tenant_id: str, tokens_per_minute: int) -> _Bucket:
+        """The tenant's bucket, refilled to now; a lowered limit caps what it holds at once."""
         now = self._clock()
-        capacity = float(self.tokens_per_minute)
+        capacity = float(tokens_per_minute)
         bucket = self._buckets.get(tenant_id)
         if bucket is None:
             bucket = self._buckets[tenant_id] = _Bucket(level=capacity, updated_at=now)

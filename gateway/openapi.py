@@ -3,7 +3,7 @@
 Request bodies come from the pydantic models the handlers validate with (one source of truth); responses are
 described by their shape where clients rely on it, and every error is the OpenAI error object. The document is
 built once per app and is what the fuzzing test (schemathesis) drives, so an endpoint missing here is an
-endpoint nobody fuzzes: add it with its route.
+endpoint nobody fuzzes: add it with its route (tests/security/test_openapi_document.py fails until you do).
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .keys_api import CreateKeyBody
+from .admin_api import AdminSessionPatch, RetainBody
+from .advisor.signals import AdviseBody, ToolResultBody, TypingBody, TypingWebhookBody
+from .advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from .keys_api import TENANT_ID_PATTERN, CreateKeyBody, TenantLimitsBody
 from .schemas import SESSION_ID_PATTERN, ChatCompletionBody, CreateSessionBody, UpdateSessionBody
 
 __all__ = ["openapi_document", "openapi_json"]
@@ -68,6 +71,7 @@ def _op(
     ok: tuple[str, dict[str, Any]],
     *,
     body: str | None = None,
+    body_required: bool = True,
     params: list[dict[str, Any]] | None = None,
     errors: tuple[str, ...] = ("400", "401", "404"),
     auth: bool = True,
@@ -78,7 +82,7 @@ def _op(
     for code in errors:
         op["responses"][code] = {"description": "Error (OpenAI error format)", "content": _json(_ref("Error"))}
     if body is not None:
-        op["requestBody"] = {"required": True, "content": _json(_ref(body))}
+        op["requestBody"] = {"required": body_required, "content": _json(_ref(body))}
     if params:
         op["parameters"] = params
     if not auth:
@@ -94,11 +98,54 @@ _SESSION_PARAM = {
     "schema": {"type": "string", "pattern": SESSION_ID_PATTERN.pattern},
 }
 _KEY_PARAM = {"name": "key_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_TENANT_PARAM = {
+    "name": "tenant_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": TENANT_ID_PATTERN},
+}
+_WORKER_PARAM = {"name": "worker_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_PRIORITY = {"type": "integer", "minimum": -1000, "maximum": 1000}
+_TIME = {"type": "string", "format": "date-time"}
+_ADMIN_SESSION_FILTERS = [
+    {"name": "tenant_id", "in": "query", "required": False, "schema": {"type": "string", "pattern": TENANT_ID_PATTERN}},
+    {"name": "state", "in": "query", "required": False, "schema": {"enum": ["active", "closed"]}},
+    {"name": "active_after", "in": "query", "required": False, "schema": _TIME},
+    {"name": "active_before", "in": "query", "required": False, "schema": _TIME},
+    {"name": "min_priority", "in": "query", "required": False, "schema": _PRIORITY},
+    {"name": "max_priority", "in": "query", "required": False, "schema": _PRIORITY},
+    {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
+    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+]
+# The webhook is authenticated by its signature, not a key: see gateway/advisor/webhook.py.
+_WEBHOOK_HEADERS = [
+    {"name": TIMESTAMP_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+    {"name": SIGNATURE_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
+]
+_SIGNAL = {
+    "type": "object",
+    "description": "What the advisor did: fired, scheduled, refreshed, stopping, skipped or none.",
+}
 _LIMIT = {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}
 _SESSION_HEADERS = [
     {"name": "X-Session-Id", "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}},
 ]
+_ADMIN_ERRORS = ("400", "401", "403")
+
+
+def _session_op(summary: str, ok: tuple[str, dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """An operation of the tenant's on the session named in its path."""
+    return _op(summary, ok, params=[_SESSION_PARAM], **fields)
+
+
+def _admin_op(
+    summary: str, ok: tuple[str, dict[str, Any]], *, of: dict[str, Any] | None = None, **fields: Any
+) -> dict[str, Any]:
+    """An admin-key operation, on the object that path parameter `of` names if given (404 when it does not exist)."""
+    if of is None:
+        return _op(summary, ok, errors=_ADMIN_ERRORS, **fields)
+    return _op(summary, ok, params=[of], errors=(*_ADMIN_ERRORS, "404"), **fields)
 
 
 def _components() -> dict[str, Any]:
@@ -107,6 +154,13 @@ def _components() -> dict[str, Any]:
         "CreateSessionRequest": CreateSessionBody,
         "UpdateSessionRequest": UpdateSessionBody,
         "CreateKeyRequest": CreateKeyBody,
+        "TenantLimitsRequest": TenantLimitsBody,
+        "AdminSessionPatch": AdminSessionPatch,
+        "RetainKvRequest": RetainBody,
+        "TypingRequest": TypingBody,
+        "TypingWebhookRequest": TypingWebhookBody,
+        "ToolResultRequest": ToolResultBody,
+        "AdviseRequest": AdviseBody,
     }
     schemas: dict[str, Any] = {"Error": _ERROR, "Session": _SESSION}
     for name, model in models.items():
@@ -121,7 +175,6 @@ def _components() -> dict[str, Any]:
 
 def openapi_document() -> dict[str, Any]:
     anything: dict[str, Any] = {"type": "object"}
-    admin = ("400", "401", "403")
     paths: dict[str, Any] = {
         "/v1/chat/completions": {
             "post": _op(
@@ -144,37 +197,108 @@ def openapi_document() -> dict[str, Any]:
             ),
         },
         "/v1/sessions/{session_id}": {
-            "get": _op("A session", ("200", _ref("Session")), params=[_SESSION_PARAM]),
-            "patch": _op(
-                "Change priority or metadata",
-                ("200", _ref("Session")),
-                body="UpdateSessionRequest",
-                params=[_SESSION_PARAM],
-            ),
-            "delete": _op("Delete a session with its turns", ("200", anything), params=[_SESSION_PARAM]),
+            "get": _session_op("A session", ("200", _ref("Session"))),
+            "patch": _session_op("Change priority or metadata", ("200", _ref("Session")), body="UpdateSessionRequest"),
+            "delete": _session_op("Delete a session with its turns", ("200", anything)),
         },
         "/v1/sessions/{session_id}/turns": {
             "get": _op("The session's turns", ("200", _LIST), params=[_SESSION_PARAM, _LIMIT])
         },
         "/v1/sessions/{session_id}/messages": {
-            "get": _op("The session's context as chat messages", ("200", _LIST), params=[_SESSION_PARAM])
+            "get": _session_op("The session's context as chat messages", ("200", _LIST))
         },
-        "/v1/admin/keys": {
+        "/v1/sessions/{session_id}/typing": {
+            "post": _session_op(
+                "The user started or stopped typing: a hint to prefetch the session's KV",
+                ("202", _SIGNAL),
+                body="TypingRequest",
+            )
+        },
+        "/v1/sessions/{session_id}/tool_results": {
+            "post": _session_op("A tool call of the session returned", ("202", anything), body="ToolResultRequest")
+        },
+        "/v1/sessions/{session_id}/advise": {
+            "post": _session_op(
+                "An explicit hint that the session's next turn is coming",
+                ("202", _SIGNAL),
+                body="AdviseRequest",
+                body_required=False,
+            )
+        },
+        "/v1/webhooks/typing": {
             "post": _op(
-                "Create a tenant key (its secret is in this answer only)",
-                ("201", anything),
-                body="CreateKeyRequest",
-                errors=admin,
+                "Typing signal from a trusted sender, signed with the webhook secret (HMAC-SHA256 over "
+                "`timestamp.body`); 404 while no secret is configured",
+                ("202", _SIGNAL),
+                body="TypingWebhookRequest",
+                params=_WEBHOOK_HEADERS,
+                errors=("400", "401", "404"),
+                auth=False,
+            )
+        },
+        "/v1/admin/sessions": {
+            "get": _admin_op("Sessions across tenants, newest first", ("200", _LIST), params=_ADMIN_SESSION_FILTERS)
+        },
+        "/v1/admin/sessions/{session_id}": {
+            "get": _admin_op(
+                "A session with its turns, advisories and believed KV placement", ("200", anything), of=_SESSION_PARAM
             ),
-            "get": _op(
+            "patch": _admin_op(
+                "Change a session's priority", ("200", _ref("Session")), body="AdminSessionPatch", of=_SESSION_PARAM
+            ),
+            "delete": _admin_op(
+                "Drop the session's KV on every worker, then delete it", ("200", anything), of=_SESSION_PARAM
+            ),
+        },
+        "/v1/admin/sessions/{session_id}/kv/retain": {
+            "post": _admin_op(
+                "Every routable worker keeps the session's KV",
+                ("200", anything),
+                body="RetainKvRequest",
+                body_required=False,
+                of=_SESSION_PARAM,
+            )
+        },
+        "/v1/admin/sessions/{session_id}/kv/drop": {
+            "post": _admin_op(
+                "Every routable worker (and the pool) drops the session's KV", ("200", anything), of=_SESSION_PARAM
+            )
+        },
+        "/v1/admin/sessions/{session_id}/close": {
+            "post": _admin_op("Close a session: no more turns", ("200", _ref("Session")), of=_SESSION_PARAM)
+        },
+        "/v1/admin/workers": {"get": _admin_op("Workers: health, draining, load", ("200", _LIST))},
+        "/v1/admin/workers/{worker_id}/drain": {
+            "post": _admin_op("Route no new requests to the worker", ("200", anything), of=_WORKER_PARAM)
+        },
+        "/v1/admin/workers/{worker_id}/undrain": {
+            "post": _admin_op("Route requests to the worker again", ("200", anything), of=_WORKER_PARAM)
+        },
+        "/v1/admin/advisories/stats": {"get": _admin_op("Advisory outcomes per signal kind", ("200", anything))},
+        "/v1/admin/keys": {
+            "post": _admin_op(
+                "Create a tenant key (its secret is in this answer only)", ("201", anything), body="CreateKeyRequest"
+            ),
+            "get": _admin_op(
                 "List keys (never their secrets)",
                 ("200", _LIST),
                 params=[{"name": "tenant", "in": "query", "required": False, "schema": {"type": "string"}}],
-                errors=admin,
             ),
         },
-        "/v1/admin/keys/{key_id}": {
-            "delete": _op("Revoke a key", ("200", anything), params=[_KEY_PARAM], errors=(*admin, "404"))
+        "/v1/admin/keys/{key_id}": {"delete": _admin_op("Revoke a key", ("200", anything), of=_KEY_PARAM)},
+        "/openapi.json": {"get": _op("This document", ("200", anything), errors=(), auth=False)},
+        "/v1/admin/tenants": {
+            "get": _admin_op("Tenants, with their limit overrides and the limits they get", ("200", _LIST))
+        },
+        "/v1/admin/tenants/{tenant_id}": {"get": _admin_op("A tenant", ("200", anything), of=_TENANT_PARAM)},
+        "/v1/admin/tenants/{tenant_id}/limits": {
+            # Any tenant id may get limits before its first key or session: no 404.
+            "put": _admin_op(
+                "Replace the tenant's limit overrides (null: the global setting; 0: no limit)",
+                ("200", anything),
+                body="TenantLimitsRequest",
+                params=[_TENANT_PARAM],
+            )
         },
         "/healthz": {"get": _op("Liveness", ("200", anything), errors=(), auth=False)},
         "/readyz": {

@@ -1,6 +1,8 @@
 """The gateway's settings: one frozen object, built once at start-up.
 
-Every default lives in the field declarations below, nowhere else. Values come, in order of precedence, from
+Every default lives in the field declarations below, nowhere else, except those of the routing cost model and
+policies: they are the pure objects' own (`gateway.routing`), which the cluster simulator builds without settings,
+and are read from there so the two cannot drift apart. Values come, in order of precedence, from
 explicit overrides (CLI flags), then `SESSIONGATE_`-prefixed environment variables, then these defaults.
 Nothing reads the environment at import time: `GatewaySettings.from_env()` is called by the entry point.
 """
@@ -13,7 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .routing import DEFAULT_RESERVATION_MARGIN_S, POLICY_NAMES, CostModel
+
 __all__ = ["DEFAULT_DATABASE_URL", "GatewaySettings", "SettingsError"]
+
+_COST = CostModel()
 
 ENV_PREFIX = "SESSIONGATE_"
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///.sessiongate/sessiongate.db"
@@ -27,6 +33,11 @@ class SettingsError(ValueError):
 class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 8000
+    # How long the gateway keeps an idle client connection open. It must exceed the idle expiry of every client
+    # pool in front of it (httpx and the OpenAI SDKs: 5 s, aiohttp: 15 s, load balancers: often 60 s): when the
+    # server closes first, a request the client sends on the closing connection is reset (`ReadError`), and a
+    # POST is not retried. uvicorn's default (5 s) equals httpx's, which made exactly that race.
+    keep_alive_timeout_s: int = 75
     # Base URLs of the SGLang workers, e.g. ("http://127.0.0.1:30001", "http://127.0.0.1:30002").
     workers: tuple[str, ...] = ()
     database_url: str = DEFAULT_DATABASE_URL
@@ -43,15 +54,23 @@ class GatewaySettings:
     # here within this time (at once on the replica that revoked it).
     key_cache_ttl_s: float = 5.0
     # Per-tenant limits, enforced by each gateway replica on its own (0 = no limit): requests in flight, and
-    # tokens (prompt + completion, as the workers report them) per minute.
+    # tokens (prompt + completion, as the workers report them) per minute. These are the global values; the
+    # admin may override them per tenant (stored with the tenant, reloaded every `key_cache_ttl_s`).
     tenant_max_concurrent: int = 0
     tenant_tokens_per_minute: int = 0
+    # How long an `Idempotency-Key` is remembered (a retry after that runs anew), and how often expired keys are
+    # deleted. The retention must outlast `upstream_read_timeout_s`, or a key could vanish under a running turn.
+    idempotency_retention_s: float = 86_400.0
+    idempotency_sweep_interval_s: float = 300.0
     # The secret from which each tenant's KV cache salt is derived (HMAC); replicas must share it. Empty: a random
     # secret per process (said at start-up), so caches are not shared across replicas or restarts.
     cache_salt_secret: str = ""
     # This replica's stable name, recorded on the turns it serves; after a crash the restarted replica fails the
     # turns its dead run left pending at once. Unique per replica; empty means "<hostname>:<port>".
     instance_id: str = ""
+    # The instance id is leased in the store and renewed every third of this: a gateway refuses to start while
+    # another live process holds its id; a crashed holder's lease is taken over after this (at once on its host).
+    instance_lease_s: float = 10.0
     # The admin API's key, separate from client keys; empty disables the admin API.
     admin_key: str = ""
     max_body_bytes: int = 4 * 1024 * 1024
@@ -74,16 +93,16 @@ class GatewaySettings:
     # Routing (gateway/routing): round_robin, least_loaded, sticky, cache_aware or kv_aware.
     routing_policy: str = "kv_aware"
     # kv_aware keeps an advisory reservation while the reserved worker scores within this of the best.
-    reservation_margin_s: float = 0.25
+    reservation_margin_s: float = DEFAULT_RESERVATION_MARGIN_S
     # The cost model (gateway/routing/cost.py): prefill work of a typical request ahead in the queue, the
     # prefill and decode rates assumed for a worker that reports none, KV size per token, transfer rates into
     # the device.
-    typical_prefill_tokens: int = 512
-    default_prefill_tokens_per_s: float = 4000.0
-    default_decode_tokens_per_s: float = 1000.0
-    kv_bytes_per_token: int = 131_072
-    host_to_device_bytes_per_s: float = 16e9
-    pool_to_device_bytes_per_s: float = 2e9
+    typical_prefill_tokens: int = _COST.typical_prefill_tokens
+    default_prefill_tokens_per_s: float = _COST.default_prefill_tokens_per_s
+    default_decode_tokens_per_s: float = _COST.default_decode_tokens_per_s
+    kv_bytes_per_token: int = _COST.kv_bytes_per_token
+    host_to_device_bytes_per_s: float = _COST.host_to_device_bytes_per_s
+    pool_to_device_bytes_per_s: float = _COST.pool_to_device_bytes_per_s
     # How often each worker's load report is read (100-500 ms is the useful range).
     load_poll_interval_s: float = 0.25
     # Ageing of the KV belief: device entries older than this are believed demoted to host; host ones, gone.
@@ -129,10 +148,19 @@ class GatewaySettings:
             )
         if self.tenant_max_concurrent < 0 or self.tenant_tokens_per_minute < 0:
             raise SettingsError(f"{ENV_PREFIX}TENANT_MAX_CONCURRENT and TENANT_TOKENS_PER_MINUTE must be >= 0")
+        if self.idempotency_retention_s < self.upstream_read_timeout_s or self.idempotency_sweep_interval_s <= 0:
+            raise SettingsError(
+                f"{ENV_PREFIX}IDEMPOTENCY_RETENTION_S must be at least UPSTREAM_READ_TIMEOUT_S, "
+                "IDEMPOTENCY_SWEEP_INTERVAL_S positive"
+            )
+        if self.instance_lease_s <= 0:
+            raise SettingsError(f"{ENV_PREFIX}INSTANCE_LEASE_S must be positive")
+        if self.keep_alive_timeout_s < 1:
+            raise SettingsError(f"{ENV_PREFIX}KEEP_ALIVE_TIMEOUT_S must be at least 1")
         if self.unhealthy_after < 1:
             raise SettingsError(f"{ENV_PREFIX}UNHEALTHY_AFTER must be at least 1")
-        if self.routing_policy not in _POLICIES:
-            raise SettingsError(f"{ENV_PREFIX}ROUTING_POLICY must be one of {', '.join(_POLICIES)}")
+        if self.routing_policy not in POLICY_NAMES:
+            raise SettingsError(f"{ENV_PREFIX}ROUTING_POLICY must be one of {', '.join(POLICY_NAMES)}")
         if not 0.01 <= self.load_poll_interval_s <= 60:
             raise SettingsError(f"{ENV_PREFIX}LOAD_POLL_INTERVAL_S must be between 0.01 and 60")
         if self.advisory_tool_result_trigger not in ("first", "last"):
@@ -140,7 +168,6 @@ class GatewaySettings:
 
 
 # The names gateway.routing.make_policy knows (kept here so settings import nothing of the gateway).
-_POLICIES = ("round_robin", "least_loaded", "sticky", "cache_aware", "kv_aware")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 

@@ -29,7 +29,9 @@ def make_http_client(
 ) -> httpx.AsyncClient:
     """The gateway's shared client; `transport` is the test seam."""
     timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s)
-    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+    # Idle upstream connections are dropped before SGLang's uvicorn closes them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s):
+    # a request sent on a connection the worker is closing fails with a reset instead of being served.
+    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=4.0)
     if transport is None and fast:
         from httpx_aiohttp import AiohttpTransport
 

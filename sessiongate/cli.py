@@ -1,4 +1,4 @@
-"""`sessiongate` subcommands: serve, worker, up, demo, db upgrade, keys create/list/revoke.
+"""`sessiongate` subcommands: serve, worker, up, demo, db upgrade, keys create/list/revoke/limits.
 
 Each subcommand imports its part lazily, so `sessiongate serve` never imports torch or sglang and
 `sessiongate --help` is instant. Flags override `SESSIONGATE_*` environment variables, which override the
@@ -10,6 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sessions import SessionStore
 
 __all__ = ["main"]
 
@@ -45,6 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         log_level="warning",
         lifespan="on",
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     return 0
 
@@ -53,6 +59,18 @@ def _worker(args: argparse.Namespace, rest: list[str]) -> int:
     from sglang_ext.launcher import worker_main
 
     code: int = worker_main(rest)
+    return code
+
+
+def _bench(which: str, rest: list[str]) -> int:
+    """`bench replay` (real engines) and `bench sim` (the simulator) take their own flags: argv goes through."""
+    if which == "replay":
+        from benchmarks.replay import main as replay_main
+
+        return replay_main(rest)
+    from benchmarks.sim import main as sim_main
+
+    code: int = sim_main(rest)
     return code
 
 
@@ -100,6 +118,8 @@ def _keys(args: argparse.Namespace) -> int:
                 print(f"created {new.record.id} for tenant {new.record.tenant_id} (prefix {new.record.prefix})")
                 print(f"key: {new.secret}")
                 print("store it now: it is not shown again", file=sys.stderr)
+            elif args.keys_command == "limits":
+                print(await _tenant_limits(store, args))
             elif args.keys_command == "list":
                 for record in await store.list_api_keys(tenant_id=args.tenant):
                     status = f"revoked {record.revoked_at.isoformat()}" if record.revoked_at else "live"
@@ -122,6 +142,42 @@ def _keys(args: argparse.Namespace) -> int:
     except ApiKeyNotFound as exc:
         print(str(exc), file=sys.stderr)
         return 1
+
+
+async def _tenant_limits(store: SessionStore, args: argparse.Namespace) -> str:
+    """Set the flags given (others keep their value), then show the tenant's overrides."""
+    found = await store.list_tenants(tenant_id=args.tenant)
+    current = found[0] if found else None
+    if args.max_concurrent is not None or args.tokens_per_minute is not None:
+        keep = (current.max_concurrent, current.tokens_per_minute) if current else (None, None)
+        current = await store.set_tenant_limits(
+            args.tenant,
+            max_concurrent=keep[0] if args.max_concurrent is None else args.max_concurrent.value,
+            tokens_per_minute=keep[1] if args.tokens_per_minute is None else args.tokens_per_minute.value,
+        )
+    if current is None:
+        return f"tenant {args.tenant}: no such tenant (global limits apply)"
+
+    def shown(value: int | None) -> str:
+        return "global" if value is None else "unlimited" if value == 0 else str(value)
+
+    return (
+        f"tenant {current.id}: max_concurrent {shown(current.max_concurrent)}, "
+        f"tokens_per_minute {shown(current.tokens_per_minute)} (per gateway replica; reloaded within seconds)"
+    )
+
+
+@dataclass(frozen=True)
+class _LimitValue:
+    value: int | None  # None: back to the global setting
+
+
+def _limit_value(raw: str) -> _LimitValue:
+    if raw == "global":
+        return _LimitValue(None)
+    if not raw.isdigit():
+        raise argparse.ArgumentTypeError("a whole number >= 0 (0: no limit) or 'global'")
+    return _LimitValue(int(raw))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.set_defaults(handler=None)
 
+    bench = commands.add_parser("bench", help="benchmarks: trace replay on real engines, the cluster simulator")
+    bench_commands = bench.add_subparsers(dest="bench_command", required=True)
+    bench_commands.add_parser("replay", add_help=False, help="replay traces against the compared systems (--help)")
+    bench_commands.add_parser("sim", add_help=False, help="the calibrated cluster simulator (--help)")
+
     up = commands.add_parser("up", help="the embedded default: CPU/GPU workers + gateway + SQLite + KV pool")
     up.add_argument("--workers", type=int, default=2, help="how many workers to start (default 2)")
     up.add_argument("--port", type=int, default=8000, help="gateway port (default 8000)")
@@ -160,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--state-dir", default=".sessiongate", help="database, KV pool, model and logs")
     up.add_argument("--model-path", help="serve this model instead of the generated tiny one")
     up.add_argument("--model-size", choices=["tiny", "medium"], default="tiny")
+    up.add_argument(
+        "--pool",
+        choices=["file", "checked-file", "mooncake"],
+        default="file",
+        help="the workers' shared KV pool: a directory (SGLang's `file`, the default), the same with a checksum "
+        "per page, or a Mooncake Store with its own mooncake_master on loopback",
+    )
     up.add_argument("--demo", action="store_true", help="run the demo conversation once everything is up")
     up.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
     up.set_defaults(handler=_up)
@@ -184,7 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     keys_list.add_argument("--tenant")
     keys_revoke = keys_commands.add_parser("revoke", help="revoke a key by id (key_...)")
     keys_revoke.add_argument("key_id")
-    for sub in (keys_create, keys_list, keys_revoke):
+    keys_limits = keys_commands.add_parser(
+        "limits", help="show a tenant's limit overrides; set them with the flags (a flag left out keeps its value)"
+    )
+    keys_limits.add_argument("--tenant", required=True)
+    for flag in ("--max-concurrent", "--tokens-per-minute"):
+        keys_limits.add_argument(flag, type=_limit_value, metavar="N|global", help="0: no limit; global: the default")
+    for sub in (keys_create, keys_list, keys_revoke, keys_limits):
         sub.add_argument("--database-url")
         sub.set_defaults(handler=_keys)
     return parser
@@ -194,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
         return _worker(argparse.Namespace(), argv[1:])
+    if argv[:1] == ["bench"] and argv[1:2] in (["replay"], ["sim"]):
+        return _bench(argv[1], argv[2:])
     args = build_parser().parse_args(argv)
     code: int = args.handler(args)
     return code

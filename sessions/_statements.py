@@ -1,4 +1,5 @@
-"""The statements of the per-request path (`begin_turn` ... `fail_turn`, `get_or_create_session`), built once.
+"""The statements of the per-request path (`begin_turn` ... `fail_turn`, `get_or_create_session`, the advisor's
+`create_advisory`), built once.
 
 Building a statement and its cache key costs SQLAlchemy about as much CPU as running it on SQLite (a few hundred
 microseconds on a small machine); a statement object built once keeps its cache key and finds its compiled form
@@ -17,13 +18,15 @@ from sqlalchemy import String, bindparam, func, insert, select, update
 from sqlalchemy.sql.dml import Insert
 
 from ._sql import insert_on_conflict, later
-from .models import NullableJSON, Session, Tenant, ToolCall, Turn, UTCDateTime
+from .models import Advisory, NullableJSON, Session, Tenant, ToolCall, Turn, UTCDateTime
 
 __all__ = [
+    "ADVISORY_COLUMNS",
     "CLAIM_SEQ",
     "COMPLETE_TURN",
     "FAIL_TURN",
     "INSERTS",
+    "INSERT_ADVISORY",
     "INSERT_TURN",
     "MARK_DISPATCHED",
     "PENDING_TOOL_CALLS",
@@ -56,6 +59,8 @@ CLAIM_SEQ = (
 )
 SESSION_OWNER = select(Session.tenant_id, Session.state).where(Session.id == bindparam("p_session"))
 INSERT_TURN = insert(Turn)
+INSERT_ADVISORY = insert(Advisory)
+ADVISORY_COLUMNS = tuple(Advisory.__mapper__.column_attrs)
 PENDING_TOOL_CALLS = (
     select(ToolCall.id, ToolCall.call_id, ToolCall.requested_at)
     .where(

@@ -4,6 +4,7 @@
 the others get the existing row back (pending: in progress; done: replay its response). A pending row older
 than `stale_before` (its gateway died mid-request) is taken over by a conditional UPDATE, which again only one
 claimer wins. A request that failed releases its key (deletes the row) so that the client's retry runs anew.
+Rows older than the gateway's retention are deleted by `delete_older_than` (a retry that late runs anew).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ._sql import insert_on_conflict
 from .models import IdempotencyKey
 from .records import IdempotencyRecord
 
-__all__ = ["claim", "complete", "release"]
+__all__ = ["claim", "complete", "delete_older_than", "release"]
 
 
 def _record(row: IdempotencyKey) -> IdempotencyRecord:
@@ -93,3 +94,14 @@ async def release(db: AsyncSession, *, tenant_id: str, key: str) -> None:
         .where(IdempotencyKey.tenant_id == tenant_id, IdempotencyKey.key == key, IdempotencyKey.status == "pending")
         .execution_options(synchronize_session=False)
     )
+
+
+async def delete_older_than(db: AsyncSession, cutoff: datetime) -> int:
+    """Delete every key claimed before `cutoff` (done or pending); how many."""
+    deleted = await db.execute(
+        delete(IdempotencyKey)
+        .where(IdempotencyKey.created_at < cutoff)
+        .returning(IdempotencyKey.key)
+        .execution_options(synchronize_session=False)
+    )
+    return len(deleted.all())

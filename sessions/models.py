@@ -83,11 +83,15 @@ class Base(DeclarativeBase):
 
 
 class Tenant(Base):
+    """A tenant; its limits override the gateway's global ones where set (None: the global value; 0: none)."""
+
     __tablename__ = "tenants"
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     name: Mapped[str] = mapped_column(String(256))
     created_at: Mapped[datetime]
+    max_concurrent: Mapped[int | None]
+    tokens_per_minute: Mapped[int | None]
 
 
 class ApiKey(Base):
@@ -230,3 +234,17 @@ class Worker(Base):
     state: Mapped[str] = mapped_column(String(16))
     last_seen_at: Mapped[datetime]
     info: Mapped[dict[str, Any]]
+
+
+class GatewayInstance(Base):
+    """The lease of a gateway instance id: held by one process run at a time, kept by its heartbeat, so that two
+    live gateways configured with the same id (which would fail each other's in-flight turns) are detected."""
+
+    __tablename__ = "gateway_instances"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    run: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(256))
+    pid: Mapped[int]
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime]

@@ -7,7 +7,7 @@ session. Datetimes must be timezone-aware (naive ones raise `ValueError`); the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -15,8 +15,10 @@ from .records import (
     AdvisoryRecord,
     ApiKeyRecord,
     IdempotencyRecord,
+    InstanceLease,
     Page,
     SessionRecord,
+    TenantRecord,
     ToolCallRecord,
     TurnRecord,
     WorkerRecord,
@@ -198,7 +200,12 @@ class SessionStore(Protocol):
         created_at: datetime,
         expires_at: datetime,
         detail: Mapping[str, Any] | None = None,
-    ) -> AdvisoryRecord: ...
+        outcome: str = "pending",
+        resolved_at: datetime | None = None,
+        turn_id: str | None = None,
+    ) -> AdvisoryRecord:
+        """A new advisory, pending; or already settled (`outcome` and `resolved_at`), in one write."""
+        ...
 
     async def resolve_advisory(
         self, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None = None
@@ -244,6 +251,19 @@ class SessionStore(Protocol):
         """Revoke a key (idempotent); `ApiKeyNotFound` if there is no such key."""
         ...
 
+    # tenants
+    async def set_tenant_limits(
+        self, tenant_id: str, *, max_concurrent: int | None, tokens_per_minute: int | None
+    ) -> TenantRecord:
+        """Replace the tenant's limit overrides (None: the gateway's global value; 0: no limit); creates the tenant
+        on first use."""
+        ...
+
+    async def list_tenants(self, *, tenant_id: str | None = None, with_overrides: bool = False) -> list[TenantRecord]:
+        """Tenants with their limit overrides, by id; only `tenant_id` when given (empty if it does not exist),
+        only those with an override when `with_overrides`."""
+        ...
+
     # idempotency keys (see `sessions.idempotency`)
     async def claim_idempotency_key(
         self, *, tenant_id: str, key: str, request_hash: str, now: datetime, stale_before: datetime
@@ -258,6 +278,31 @@ class SessionStore(Protocol):
     async def release_idempotency_key(self, *, tenant_id: str, key: str) -> None:
         """Forget a pending claim (its request failed), so a retry runs anew."""
         ...
+
+    async def delete_idempotency_keys(self, *, created_before: datetime) -> int:
+        """Delete the keys claimed before `created_before` (past the retention); how many were deleted."""
+        ...
+
+    # gateway instance leases (see `sessions.instances`)
+    async def claim_instance(
+        self,
+        instance_id: str,
+        *,
+        run: str,
+        host: str,
+        pid: int,
+        stale_before: datetime,
+        holder_dead: Callable[[InstanceLease], bool],
+    ) -> InstanceLease | None:
+        """None when `run` now holds the instance id; else the holder that is still alive (heartbeat at or after
+        `stale_before`, and not declared dead by `holder_dead`)."""
+        ...
+
+    async def heartbeat_instance(self, instance_id: str, *, run: str) -> bool:
+        """Renew the lease; False if `run` lost it to another run."""
+        ...
+
+    async def release_instance(self, instance_id: str, *, run: str) -> None: ...
 
     # lifecycle
     async def ping(self) -> None:

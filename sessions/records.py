@@ -15,14 +15,39 @@ __all__ = [
     "AdvisoryRecord",
     "ApiKeyRecord",
     "IdempotencyRecord",
+    "InstanceLease",
     "Page",
     "SessionRecord",
+    "TenantRecord",
     "ToolCallRecord",
     "TurnRecord",
     "WorkerRecord",
 ]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceLease:
+    """Who holds a gateway instance id: the process run, where it runs, and its last heartbeat."""
+
+    id: str
+    run: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantRecord:
+    """A tenant and its limit overrides: None means the gateway's global setting applies, 0 means no limit."""
+
+    id: str
+    name: str
+    created_at: datetime
+    max_concurrent: int | None
+    tokens_per_minute: int | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

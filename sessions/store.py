@@ -10,6 +10,7 @@ may race (session get-or-create, tenants, worker upserts) use the backend's `INS
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -22,7 +23,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from . import _convert as cv
 from . import _statements as sql
-from . import history, idempotency, keys, turns
+from . import history, idempotency, instances, keys, turns
 from ._sql import insert_on_conflict, session_values, tenant_values
 from .database import create_engine
 from .errors import (
@@ -40,8 +41,10 @@ from .records import (
     AdvisoryRecord,
     ApiKeyRecord,
     IdempotencyRecord,
+    InstanceLease,
     Page,
     SessionRecord,
+    TenantRecord,
     ToolCallRecord,
     TurnRecord,
     WorkerRecord,
@@ -60,6 +63,11 @@ class SqlSessionStore:
         self._engine = engine
         self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         self._clock = clock
+        # SQLite admits one writer at a time and makes the others poll with growing sleeps until its busy timeout,
+        # which under a few dozen concurrent turns gives long tails and then "database is locked". Queueing this
+        # process's writers on a lock instead hands the file over in order and at once; readers never wait (WAL).
+        # Other processes writing the same file still meet the busy timeout. PostgreSQL needs none of this.
+        self._write_lock: asyncio.Lock | None = asyncio.Lock() if self._backend == "sqlite" else None
 
     @classmethod
     def from_url(cls, url: str | URL) -> SqlSessionStore:
@@ -81,13 +89,21 @@ class SqlSessionStore:
             raise
 
     @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncSession]:
-        async with self._store_errors(), self._sessionmaker() as db, db.begin():
+    async def _writer_turn(self, write: bool) -> AsyncIterator[None]:
+        if not write or self._write_lock is None:
+            yield
+            return
+        async with self._write_lock:
+            yield
+
+    @asynccontextmanager
+    async def _transaction(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
+        async with self._store_errors(), self._writer_turn(write), self._sessionmaker() as db, db.begin():
             yield db
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection]:
-        async with self._store_errors(), self._engine.begin() as conn:
+    async def _connection(self, *, write: bool = True) -> AsyncIterator[AsyncConnection]:
+        async with self._store_errors(), self._writer_turn(write), self._engine.begin() as conn:
             yield conn
 
     async def _insert_session(
@@ -116,7 +132,7 @@ class SqlSessionStore:
             return cv.session_record(row)
 
     async def get_session(self, session_id: str, *, tenant_id: str) -> SessionRecord:
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             return cv.session_record(await turns.session_row(db, session_id, tenant_id))
 
     async def get_or_create_session(self, session_id: str, *, tenant_id: str) -> tuple[SessionRecord, bool]:
@@ -143,7 +159,7 @@ class SqlSessionStore:
         stmt = select(Session).where(Session.tenant_id == tenant_id)
         if state is not None:
             stmt = stmt.where(Session.state == cv.one_of(state, cv.SESSION_STATES, "state"))
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             return await _newest_first(
                 db, stmt, Session.created_at, after=after, limit=limit, cursor_scope=(Session.tenant_id == tenant_id,)
             )
@@ -190,14 +206,14 @@ class SqlSessionStore:
                 raise SessionNotFound(session_id)
 
     async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             await turns.session_row(db, session_id, tenant_id)
             return history.context_messages(await turns.context_turns(db, session_id))
 
     # administration (across tenants)
 
     async def find_session(self, session_id: str) -> SessionRecord:
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             row = await db.get(Session, session_id)
             if row is None:
                 raise SessionNotFound(session_id)
@@ -229,7 +245,7 @@ class SqlSessionStore:
             stmt = stmt.where(Session.priority >= min_priority)
         if max_priority is not None:
             stmt = stmt.where(Session.priority <= max_priority)
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             return await _newest_first(db, stmt, Session.last_active_at, after=after, limit=limit)
 
     # turns
@@ -328,7 +344,7 @@ class SqlSessionStore:
         self, session_id: str, *, tenant_id: str, limit: int = 100, after_seq: int | None = None
     ) -> list[TurnRecord]:
         cv.check_limit(limit)
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             await turns.session_row(db, session_id, tenant_id)
             rows = await turns.list_turns(db, session_id, limit=limit, after_seq=after_seq)
             return [cv.turn_record(row, row.tool_calls) for row in rows]
@@ -366,7 +382,7 @@ class SqlSessionStore:
             return cv.tool_call_record(call)
 
     async def pending_tool_calls(self, session_id: str, *, tenant_id: str) -> list[ToolCallRecord]:
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             await turns.session_row(db, session_id, tenant_id)
             rows = await db.scalars(
                 select(ToolCall)
@@ -387,7 +403,14 @@ class SqlSessionStore:
         created_at: datetime,
         expires_at: datetime,
         detail: Mapping[str, Any] | None = None,
+        outcome: str = "pending",
+        resolved_at: datetime | None = None,
+        turn_id: str | None = None,
     ) -> AdvisoryRecord:
+        if outcome != "pending":
+            cv.one_of(outcome, cv.ADVISORY_OUTCOMES, "outcome")
+        if (outcome == "pending") != (resolved_at is None):
+            raise ValueError("an advisory has a resolved_at exactly when its outcome is not pending")
         advisory = Advisory(
             id=cv.new_id("adv_"),
             session_id=session_id,
@@ -395,14 +418,19 @@ class SqlSessionStore:
             target_worker=target_worker,
             created_at=cv.aware(created_at, "created_at"),
             expires_at=cv.aware(expires_at, "expires_at"),
-            outcome="pending",
+            outcome=outcome,
+            resolved_at=cv.aware(resolved_at, "resolved_at") if resolved_at is not None else None,
+            turn_id=turn_id,
             detail=dict(detail) if detail is not None else None,
         )
-        async with self._transaction() as db:
-            await turns.session_row(db, session_id, tenant_id)
-            db.add(advisory)
-            await db.flush()
-            return cv.advisory_record(advisory)
+        # Core statements built once, not the ORM's unit of work: the advisor records a "missed" advisory for most
+        # follow-up turns, so this is on the per-request path.
+        async with self._connection() as conn:
+            owner = (await conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
+            if owner is None or owner.tenant_id != tenant_id:
+                raise SessionNotFound(session_id)
+            await conn.execute(sql.INSERT_ADVISORY, {c.key: getattr(advisory, c.key) for c in sql.ADVISORY_COLUMNS})
+        return cv.advisory_record(advisory)
 
     async def resolve_advisory(
         self, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None = None
@@ -435,7 +463,7 @@ class SqlSessionStore:
         if outcome is not None:
             stmt = stmt.where(Advisory.outcome == outcome)
         stmt = stmt.order_by(Advisory.created_at, Advisory.id).limit(limit)
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             await turns.session_row(db, session_id, tenant_id)
             return [cv.advisory_record(row) for row in await db.scalars(stmt)]
 
@@ -468,7 +496,7 @@ class SqlSessionStore:
         stmt = select(Worker).order_by(Worker.id)
         if state is not None:
             stmt = stmt.where(Worker.state == state)
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             return [cv.worker_record(row) for row in await db.scalars(stmt)]
 
     # API keys
@@ -489,16 +517,35 @@ class SqlSessionStore:
             )
 
     async def find_api_key(self, secret_hash: str) -> ApiKeyRecord | None:
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             return await keys.find_api_key(db, secret_hash)
 
     async def list_api_keys(self, *, tenant_id: str | None = None) -> list[ApiKeyRecord]:
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             return list(await keys.list_api_keys(db, tenant_id=tenant_id))
 
     async def revoke_api_key(self, key_id: str, *, revoked_at: datetime) -> ApiKeyRecord:
         async with self._transaction() as db:
             return await keys.revoke_api_key(db, key_id, revoked_at=cv.aware(revoked_at, "revoked_at"))
+
+    # tenants
+
+    async def set_tenant_limits(
+        self, tenant_id: str, *, max_concurrent: int | None, tokens_per_minute: int | None
+    ) -> TenantRecord:
+        async with self._transaction() as db:
+            return await keys.set_tenant_limits(
+                db,
+                self._backend,
+                tenant_id,
+                max_concurrent=max_concurrent,
+                tokens_per_minute=tokens_per_minute,
+                now=self._clock(),
+            )
+
+    async def list_tenants(self, *, tenant_id: str | None = None, with_overrides: bool = False) -> list[TenantRecord]:
+        async with self._transaction(write=False) as db:
+            return await keys.list_tenants(db, tenant_id=tenant_id, with_overrides=with_overrides)
 
     # idempotency keys
 
@@ -526,10 +573,47 @@ class SqlSessionStore:
         async with self._transaction() as db:
             await idempotency.release(db, tenant_id=tenant_id, key=key)
 
+    async def delete_idempotency_keys(self, *, created_before: datetime) -> int:
+        async with self._transaction() as db:
+            return await idempotency.delete_older_than(db, cv.aware(created_before, "created_before"))
+
+    # gateway instance leases
+
+    async def claim_instance(
+        self,
+        instance_id: str,
+        *,
+        run: str,
+        host: str,
+        pid: int,
+        stale_before: datetime,
+        holder_dead: Callable[[InstanceLease], bool],
+    ) -> InstanceLease | None:
+        async with self._transaction() as db:
+            return await instances.claim(
+                db,
+                self._backend,
+                instance_id=instance_id,
+                run=run,
+                host=host,
+                pid=pid,
+                now=self._clock(),
+                stale_before=cv.aware(stale_before, "stale_before"),
+                holder_dead=holder_dead,
+            )
+
+    async def heartbeat_instance(self, instance_id: str, *, run: str) -> bool:
+        async with self._transaction() as db:
+            return await instances.heartbeat(db, instance_id=instance_id, run=run, now=self._clock())
+
+    async def release_instance(self, instance_id: str, *, run: str) -> None:
+        async with self._transaction() as db:
+            await instances.release(db, instance_id=instance_id, run=run)
+
     # lifecycle
 
     async def ping(self) -> None:
-        async with self._transaction() as db:
+        async with self._transaction(write=False) as db:
             await db.execute(text("SELECT 1"))
 
     async def close(self) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from .belief import KVBelief
 from .cache_aware import CacheAware
 from .cost import CostModel, Placement, split_prompt
-from .policies import KVAware, LeastLoaded, RoundRobin, RoutingPolicy, Sticky
+from .policies import DEFAULT_RESERVATION_MARGIN_S, KVAware, LeastLoaded, RoundRobin, RoutingPolicy, Sticky
 from .views import KVResidency, Reservation, RouteRequest, WorkerView
 
 __all__ = [
+    "DEFAULT_RESERVATION_MARGIN_S",
     "POLICY_NAMES",
     "CacheAware",
     "CostModel",
@@ -34,7 +35,9 @@ __all__ = [
 POLICY_NAMES = ("round_robin", "least_loaded", "sticky", "cache_aware", "kv_aware")
 
 
-def make_policy(name: str, *, cost: CostModel | None = None, reservation_margin_s: float = 0.25) -> RoutingPolicy:
+def make_policy(
+    name: str, *, cost: CostModel | None = None, reservation_margin_s: float = DEFAULT_RESERVATION_MARGIN_S
+) -> RoutingPolicy:
     if name == "round_robin":
         return RoundRobin()
     if name == "least_loaded":

@@ -17,7 +17,11 @@ from typing import Protocol
 from .cost import CostModel
 from .views import RouteRequest, WorkerView
 
-__all__ = ["KVAware", "LeastLoaded", "RoundRobin", "RoutingPolicy", "Sticky"]
+__all__ = ["DEFAULT_RESERVATION_MARGIN_S", "KVAware", "LeastLoaded", "RoundRobin", "RoutingPolicy", "Sticky"]
+
+
+# How far (seconds of expected time to first token) a reserved worker may trail the best one and still be chosen.
+DEFAULT_RESERVATION_MARGIN_S = 0.25
 
 
 class RoutingPolicy(Protocol):
@@ -82,7 +86,9 @@ class KVAware:
 
     name = "kv_aware"
 
-    def __init__(self, cost: CostModel | None = None, *, reservation_margin_s: float = 0.25) -> None:
+    def __init__(
+        self, cost: CostModel | None = None, *, reservation_margin_s: float = DEFAULT_RESERVATION_MARGIN_S
+    ) -> None:
         self.cost = cost or CostModel()
         self.reservation_margin_s = reservation_margin_s
         self._turn = 0

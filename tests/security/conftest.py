@@ -4,6 +4,7 @@ one fake worker speaking SGLang's HTTP API in-process (benchmarks.fake_worker)."
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,8 @@ async def secure_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[Secur
         "database_url": f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}",
         "health_interval_s": 0.05,
         "admin_key": ADMIN_KEY,
+        # A test may run several of these on one store at once: each is a replica of its own (see the lease).
+        "instance_id": f"test-{secrets.token_hex(4)}",
         **settings,
     }
     app = create_app(GatewaySettings(**options), worker_transport=transport)

@@ -9,6 +9,9 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from sqlalchemy import select
+
+from sessions.models import IdempotencyKey
 
 from .conftest import SecureGateway, bearer
 
@@ -118,3 +121,31 @@ async def test_a_failed_first_attempt_frees_the_key(make_gateway: Callable[..., 
         assert retry.status_code == 200
         assert "idempotent-replayed" not in retry.headers
         assert [t["status"] for t in await _turns(gw, key, "f-1")] == ["failed", "ok"]
+
+
+async def test_keys_expire_after_the_retention(make_gateway: Callable[..., Any]) -> None:
+    async with make_gateway(
+        upstream_read_timeout_s=3.0, idempotency_retention_s=3.0, idempotency_sweep_interval_s=0.05
+    ) as gw:
+        key = bearer(await gw.new_key("acme"))
+        headers = {**key, "idempotency-key": "expires-1", "x-session-id": "exp-1"}
+        first = await gw.client.post("/v1/chat/completions", headers=headers, json={"messages": [USER]})
+        assert first.status_code == 200
+        again = await gw.client.post("/v1/chat/completions", headers=headers, json={"messages": [USER]})
+        assert again.headers["idempotent-replayed"] == "true"  # still within the retention
+
+        with anyio.fail_after(30):  # the sweeper deletes the key once it is older than the retention
+            while await _claimed(gw, "acme", "expires-1"):  # noqa: ASYNC110 (polling the store)
+                await anyio.sleep(0.1)
+        late = await gw.client.post("/v1/chat/completions", headers=headers, json={"messages": [USER]})
+        assert late.status_code == 200
+        assert "idempotent-replayed" not in late.headers  # a retry that late runs anew
+        assert len(await _turns(gw, key, "exp-1")) == 2
+
+
+async def _claimed(gw: SecureGateway, tenant_id: str, key: str) -> bool:
+    async with gw.state.store.engine.connect() as db:
+        found = await db.scalar(
+            select(IdempotencyKey.key).where(IdempotencyKey.tenant_id == tenant_id, IdempotencyKey.key == key)
+        )
+    return found is not None

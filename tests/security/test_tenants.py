@@ -9,9 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from sessiongate.cli import main as cli
+from sessions import SqlSessionStore, create_engine
 
 from .conftest import SecureGateway, admin, bearer
 
@@ -155,3 +157,34 @@ def test_cli_creates_lists_and_revokes_keys(tmp_path: Path, capsys: pytest.Captu
     assert "revoked" in capsys.readouterr().out
     assert cli(["keys", "revoke", "key_000000000000000000000000", "--database-url", url]) == 1
     assert cli(["keys", "create", "--tenant", "bad tenant", "--database-url", url]) == 2
+
+
+def test_cli_sets_and_shows_tenant_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    assert cli(["keys", "limits", "--tenant", "acme", "--database-url", url]) == 0
+    assert "no such tenant" in capsys.readouterr().out
+    assert cli(["keys", "limits", "--tenant", "acme", "--max-concurrent", "4", "--database-url", url]) == 0
+    assert "max_concurrent 4, tokens_per_minute global" in capsys.readouterr().out
+    # A flag left out keeps its value; 0 is "no limit", "global" clears the override.
+    assert cli(["keys", "limits", "--tenant", "acme", "--tokens-per-minute", "0", "--database-url", url]) == 0
+    assert "max_concurrent 4, tokens_per_minute unlimited" in capsys.readouterr().out
+    assert cli(["keys", "limits", "--tenant", "acme", "--max-concurrent", "global", "--database-url", url]) == 0
+    assert "max_concurrent global, tokens_per_minute unlimited" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli(["keys", "limits", "--tenant", "acme", "--max-concurrent", "-3", "--database-url", url])
+
+
+async def test_limits_set_by_the_cli_are_stored(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    assert (
+        await anyio.to_thread.run_sync(
+            cli, ["keys", "limits", "--tenant", "acme", "--tokens-per-minute", "120", "--database-url", url]
+        )
+        == 0
+    )
+    store = SqlSessionStore(create_engine(url))
+    try:
+        [tenant] = await store.list_tenants(tenant_id="acme")
+    finally:
+        await store.close()
+    assert (tenant.max_concurrent, tenant.tokens_per_minute) == (None, 120)

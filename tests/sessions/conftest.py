@@ -130,7 +130,9 @@ async def store(database_url: URL) -> AsyncIterator[SqlSessionStore]:
         yield store
         if store.engine.dialect.name == "postgresql":  # the database is shared by the whole test session
             async with store.engine.begin() as connection:
-                tables = "workers, advisories, idempotency_keys, tool_calls, turns, sessions, api_keys"
+                tables = (
+                    "workers, advisories, idempotency_keys, tool_calls, turns, sessions, api_keys, gateway_instances"
+                )
                 await connection.execute(text(f"TRUNCATE {tables} CASCADE"))
                 await connection.execute(text("DELETE FROM tenants WHERE id <> 'default'"))
     finally:

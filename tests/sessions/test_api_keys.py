@@ -39,3 +39,51 @@ async def test_create_find_list_revoke(store: SqlSessionStore) -> None:
     # The key's tenant exists: its sessions can be created like any other's.
     session = await store.create_session(tenant_id="acme", session_id="acme-1")
     assert session.tenant_id == "acme"
+
+
+async def test_tenant_limit_overrides(store: SqlSessionStore) -> None:
+    assert await store.list_tenants(tenant_id="acme") == []
+    made = await store.set_tenant_limits("acme", max_concurrent=3, tokens_per_minute=None)
+    assert (made.id, made.max_concurrent, made.tokens_per_minute) == ("acme", 3, None)
+    # Replaced as a whole; 0 ("no limit") is kept apart from None ("the global value").
+    changed = await store.set_tenant_limits("acme", max_concurrent=None, tokens_per_minute=0)
+    assert (changed.max_concurrent, changed.tokens_per_minute) == (None, 0)
+    assert changed.created_at == made.created_at
+    assert await store.list_tenants(tenant_id="acme") == [changed]
+    # A tenant made by its first key or session has no overrides.
+    await store.create_api_key(tenant_id="globex", name="", prefix="sg-x", secret_hash="d" * 64, created_at=T0)
+    by_id = {t.id: t for t in await store.list_tenants()}
+    assert {"acme", "globex", "default"} <= set(by_id)
+    assert (by_id["globex"].max_concurrent, by_id["globex"].tokens_per_minute) == (None, None)
+    assert [t.id for t in await store.list_tenants(with_overrides=True)] == ["acme"]
+    # The tenant's keys are untouched by its limits.
+    assert [k.tenant_id for k in await store.list_api_keys(tenant_id="globex")] == ["globex"]
+
+
+async def test_idempotency_keys_older_than_the_cutoff_are_deleted(store: SqlSessionStore) -> None:
+    old, new = datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 1, 3, tzinfo=UTC)
+    for key, at in (("old-pending", old), ("old-done", old), ("new-done", new)):
+        assert (
+            await store.claim_idempotency_key(tenant_id="default", key=key, request_hash="h", now=at, stale_before=at)
+            is None
+        )
+    await store.create_session(session_id="s-idem")
+    for key in ("old-done", "new-done"):
+        turn = await store.begin_turn(
+            "s-idem", tenant_id="default", messages=[{"role": "user", "content": key}], request={}, received_at=new
+        )
+        await store.complete_idempotency_key(tenant_id="default", key=key, turn_id=turn.id, response={"body": {}})
+
+    assert await store.delete_idempotency_keys(created_before=datetime(2025, 1, 2, tzinfo=UTC)) == 2
+    assert await store.delete_idempotency_keys(created_before=datetime(2025, 1, 2, tzinfo=UTC)) == 0
+    # The young key still replays; the deleted ones can be claimed anew.
+    kept = await store.claim_idempotency_key(
+        tenant_id="default", key="new-done", request_hash="h", now=new, stale_before=old
+    )
+    assert kept is not None
+    assert kept.status == "done"
+    for key in ("old-pending", "old-done"):
+        assert (
+            await store.claim_idempotency_key(tenant_id="default", key=key, request_hash="h", now=new, stale_before=old)
+            is None
+        )

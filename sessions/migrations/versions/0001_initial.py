@@ -1,5 +1,5 @@
-"""Initial schema: tenants, api_keys, idempotency_keys, sessions, turns, tool_calls, advisories, workers;
-the "default" tenant.
+"""Initial schema: tenants, api_keys, idempotency_keys, sessions, turns, tool_calls, advisories, workers,
+gateway_instances; the "default" tenant.
 
 Revision ID: 0001
 Revises:
@@ -30,6 +30,8 @@ def upgrade() -> None:
         sa.Column("id", sa.String(128), nullable=False),
         sa.Column("name", sa.String(256), nullable=False),
         sa.Column("created_at", Timestamp, nullable=False),
+        sa.Column("max_concurrent", sa.Integer(), nullable=True),
+        sa.Column("tokens_per_minute", sa.Integer(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tenants")),
     )
     op.create_table(
@@ -173,6 +175,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
     )
 
+    op.create_table(
+        "gateway_instances",
+        sa.Column("id", sa.String(256), nullable=False),
+        sa.Column("run", sa.String(64), nullable=False),
+        sa.Column("host", sa.String(256), nullable=False),
+        sa.Column("pid", sa.Integer(), nullable=False),
+        sa.Column("started_at", Timestamp, nullable=False),
+        sa.Column("heartbeat_at", Timestamp, nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_gateway_instances")),
+    )
+
     # Naive UTC on SQLite (as the models store it), timestamptz on PostgreSQL.
     now = datetime.now(UTC)
     if op.get_bind().dialect.name == "sqlite":
@@ -181,6 +194,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_table("gateway_instances")
     op.drop_table("workers")
     op.drop_index(op.f("ix_idempotency_keys_created_at"), table_name="idempotency_keys")
     op.drop_table("idempotency_keys")

@@ -1,0 +1,49 @@
+"""An advisory created already settled (the advisor's "missed" record): one store write, same record as two."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from sessions import AdvisoryRecord, SqlSessionStore
+
+pytestmark = pytest.mark.anyio
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def create_advisory(store: SqlSessionStore, session_id: str, **settled: Any) -> AdvisoryRecord:
+    """A "none" advisory of the default tenant, created and expiring at T0, settled as `settled` says."""
+    return await store.create_advisory(
+        session_id, tenant_id="default", kind="none", target_worker=None, created_at=T0, expires_at=T0, **settled
+    )
+
+
+async def test_created_settled_reads_like_created_then_resolved(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    turn = await store.begin_turn(
+        session.id, tenant_id="default", messages=[{"role": "user", "content": "q"}], request={}, received_at=T0
+    )
+    created = await create_advisory(
+        store, session.id, outcome="missed", resolved_at=T0 + timedelta(seconds=1), turn_id=turn.id
+    )
+    assert (created.outcome, created.resolved_at, created.turn_id) == ("missed", T0 + timedelta(seconds=1), turn.id)
+    assert await store.list_advisories(session.id, tenant_id="default", outcome="missed") == [created]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "resolved_at", "error"),
+    [
+        ("missed", None, "resolved_at"),
+        ("pending", T0, "resolved_at"),
+        ("psychic", T0, "outcome"),
+    ],
+)
+async def test_settled_on_create_is_validated(
+    store: SqlSessionStore, outcome: str, resolved_at: datetime | None, error: str
+) -> None:
+    session = await store.create_session()
+    with pytest.raises(ValueError, match=error):
+        await create_advisory(store, session.id, outcome=outcome, resolved_at=resolved_at)
