@@ -11,7 +11,7 @@ import httpx
 
 from sdk import SessionGate, Turn
 
-__all__ = ["run_demo"]
+__all__ = ["WEATHER_TOOL", "run_demo"]
 
 SYSTEM = (
     "You are a concise travel assistant. Answer in short sentences and use the tools when the user asks "

@@ -7,15 +7,17 @@ One live advisory per session at most. Its life:
     then exactly one of:
       the session's next request    ──► claimed, settled after the turn as
                                          used    went to the advisory's worker, which had finished the prefetch,
-                                                 and the turn's cache report shows KV found there
+                                                 and the turn's cache report shows KV found there (device or host)
                                          late    went there before the prefetch finished (or before it fired)
                                          wasted  went elsewhere, or found nothing
       expiry with no request        ──► wasted (cancelled, if typing had stopped)
     A request with no live advisory (after the session's first turn) is recorded as `missed`.
 
 A second signal while one is live refreshes it (a later expiry; fired now if it was waiting) instead of
-starting another prefetch: repeated typing events are debounced to one advisory. All times are seconds on the
-caller's monotonic clock, so tests drive it with a fake one.
+starting another prefetch: repeated typing events are debounced to one advisory. Unless the router would now send
+the request elsewhere (the advisory's worker got busy since): then the live advisory is withdrawn, settled as
+cancelled, and a new one goes to the router's choice. All times are seconds on the caller's monotonic clock, so
+tests drive it with a fake one.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from gateway.routing import Reservation
 
-__all__ = ["AdvisorBook", "Claim", "LiveAdvisory", "settle"]
+__all__ = ["AdvisorBook", "Claim", "LiveAdvisory", "prefetch_residency", "settle"]
 
 
 @dataclass(slots=True)
@@ -66,9 +68,23 @@ def settle(claim: Claim, cache_details: Mapping[str, Any] | None) -> str:
     if claim.provisional != "used":
         return claim.provisional
     details = cache_details or {}
-    tiers = ("device",) if claim.advisory.target == "device" else ("device", "host")
-    found = sum(v for k in tiers if isinstance(v := details.get(k), int))
+    # Host counts for a device-target advisory too: the worker loads prefetched pages to the device only into free
+    # pages and leaves the rest in its host tier, which the request still finds on that worker.
+    found = sum(v for k in ("device", "host") if isinstance(v := details.get(k), int))
     return "used" if found > 0 else "wasted"
+
+
+def prefetch_residency(*, tokens: int, target: str, on_device: int, in_host: int, unavailable: int) -> tuple[int, str]:
+    """What a finished prefetch left on its worker, for the KV belief: (tokens, tier).
+
+    The context's full pages are on the device, in host memory, or found nowhere (its tail, or pages missing from
+    the pool); tokens are counted in proportion. Pages the device had no free room for stay in host memory, so
+    the tier is "device" only when all of them reached it.
+    """
+    found = on_device + in_host
+    pages = found + unavailable
+    resident = round(tokens * found / pages) if pages else 0
+    return resident, "device" if target == "device" and in_host == 0 else "host"
 
 
 @dataclass(slots=True)
@@ -102,6 +118,10 @@ class AdvisorBook:
 
     def add(self, advisory: LiveAdvisory) -> None:
         self.live[advisory.session_id] = advisory
+
+    def withdraw(self, session_id: str) -> LiveAdvisory | None:
+        """Take the live advisory away before any request claimed it (a later signal chose another worker)."""
+        return self.live.pop(session_id, None)
 
     def stop(self, session_id: str, now: float) -> LiveAdvisory | None:
         """Typing stopped: keep the advisory a short grace (the message may be on its way), then cancel it."""

@@ -21,10 +21,10 @@ import sessions
 from gateway.errors import UpstreamError, WorkerRejected
 from gateway.extension import ExtensionClient
 from gateway.router import Router
-from gateway.routing import Reservation
+from gateway.routing import Reservation, WorkerView
 from sglang_ext.protocol import PrefetchRequest
 
-from .core import AdvisorBook, Claim, LiveAdvisory, settle
+from .core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
 from .quality import HintQuality
 from .stats import AdvisoryStats
 
@@ -95,10 +95,13 @@ class Advisor:
         for advisory in self.book.due(now):
             self._spawn(self._fire(advisory))
         for advisory in self.book.expire(now):
-            outcome = "cancelled" if advisory.stopped else "wasted"
-            self._settle(advisory, outcome, turn_id=None)
-            if advisory.prefetch_id and advisory.worker_url and advisory.ready_at is None:
-                self._spawn(self._cancel_prefetch(advisory))
+            self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
+
+    def _withdrawn(self, advisory: LiveAdvisory, outcome: str) -> None:
+        """An advisory left the book with no request: settle it, and stop its prefetch if still running."""
+        self._settle(advisory, outcome, turn_id=None)
+        if advisory.prefetch_id and advisory.worker_url and advisory.ready_at is None:
+            self._spawn(self._cancel_prefetch(advisory))
 
     # signals
 
@@ -111,15 +114,26 @@ class Advisor:
         """Handle one signal; returns what was done, for the signal's HTTP answer."""
         now = self.clock()
         fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
-        refreshed = self.book.refresh(session_id, now, fire_in_s=fire_in_s)
-        if refreshed is not None:
-            return self._answer(refreshed, "refreshed", now)
+        worker: WorkerView | None = None
+        live = self.book.get(session_id, now)
+        if live is not None:
+            # Where would the request go now? The live advisory's worker is offered as a reservation, so a policy
+            # that honours reservations keeps it while it is still a good choice (no thrashing between equals).
+            keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
+            worker = self.router.choose(session_id, tenant_id, reservation=keep)
+            if worker is None or worker.id == live.worker_id:
+                self.book.refresh(session_id, now, fire_in_s=fire_in_s)
+                return self._answer(live, "refreshed", now)
+            # The load moved since the advisory was made: the request would not go to its worker any more.
+            self.book.withdraw(session_id)
+            log.info("advisory_superseded", advisory_id=live.id, worker=live.worker_id, now_worker=worker.id)
+            self._withdrawn(live, "cancelled")
         tier = self.quality.tier(session_id, tenant_id, kind, now)
         if tier == "none":
             self.stats.skipped(kind)
             log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
-        worker = self.router.choose(session_id, tenant_id)
+        worker = worker or self.router.choose(session_id, tenant_id)
         if worker is None:
             return {"object": "advisory", "state": "skipped", "reason": "no_routable_worker"}
         ttl_s = self.book.ttl_s + (expected_in_s or 0.0)
@@ -252,12 +266,15 @@ class Advisor:
             if status is None:  # done on arrival: read what it brought
                 status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
             advisory.bytes_loaded = status.bytes_loaded
-            # The context's full pages are on device, in host, or found nowhere (its tail: a prefix cache).
-            found = status.pages_on_device + status.pages_in_host
-            pages = found + status.pages_unavailable
-            resident = round(status.tokens * found / pages) if pages else 0
+            resident, tier = prefetch_residency(
+                tokens=status.tokens,
+                target=status.target,
+                on_device=status.pages_on_device,
+                in_host=status.pages_in_host,
+                unavailable=status.pages_unavailable,
+            )
             self.router.belief.after_prefetch(
-                session_id, advisory.worker_id, tokens=resident, tier=status.target, now=self.clock()
+                session_id, advisory.worker_id, tokens=resident, tier=tier, now=self.clock()
             )
             log.info(
                 "prefetch_done",
@@ -302,9 +319,17 @@ class Advisor:
         """A follow-up request that no advisory foresaw: recorded as an advisory of kind "none", missed."""
         wall = self.wall()
         try:
-            record = await self.store.create_advisory(
-                session_id, tenant_id=tenant_id, kind="none", target_worker=None, created_at=wall, expires_at=wall
+            # Created settled, in one store write: this runs for most follow-up turns, beside the turn's own writes.
+            await self.store.create_advisory(
+                session_id,
+                tenant_id=tenant_id,
+                kind="none",
+                target_worker=None,
+                created_at=wall,
+                expires_at=wall,
+                outcome="missed",
+                resolved_at=wall,
+                turn_id=turn_id,
             )
-            await self.store.resolve_advisory(record.id, outcome="missed", resolved_at=wall, turn_id=turn_id)
         except sessions.StoreError as exc:
             log.warning("advisory_not_recorded", outcome="missed", error=str(exc))

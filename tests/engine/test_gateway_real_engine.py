@@ -17,6 +17,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from sessiongate.demo import WEATHER_TOOL
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
@@ -24,19 +25,6 @@ pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 SYSTEM = "You are a travel assistant. " + " ".join(
     f"Rule {i}: answer briefly and cite the city guide page {i}." for i in range(30)
 )
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "enum": ["Lisbon", "Porto"]}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +101,7 @@ async def test_multi_turn_session_with_a_tool_call(gateway: httpx.AsyncClient) -
             **base,
             "max_tokens": 64,
             "messages": messages,
-            "tools": [WEATHER],
+            "tools": [WEATHER_TOOL],
             "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
         },
     )
@@ -127,7 +115,7 @@ async def test_multi_turn_session_with_a_tool_call(gateway: httpx.AsyncClient) -
     # Turn 4 returns the tool's result.
     messages.append({"role": "tool", "tool_call_id": call["id"], "content": '{"sky": "sunny", "celsius": 24}'})
     fourth = await gateway.post(
-        "/v1/chat/completions", headers=headers, json={**base, "messages": messages, "tools": [WEATHER]}
+        "/v1/chat/completions", headers=headers, json={**base, "messages": messages, "tools": [WEATHER_TOOL]}
     )
     assert fourth.status_code == 200, fourth.text
 

@@ -14,6 +14,7 @@ from gateway.advisor import (
     sign,
 )
 from gateway.advisor import settle as settle_claim
+from gateway.advisor.core import prefetch_residency
 
 
 def _advisory(now: float = 0.0, *, fire_in: float = 0.0, ttl: float = 10.0, worker: str = "a") -> LiveAdvisory:
@@ -41,7 +42,9 @@ def test_fired_and_ready_advisory_is_used_when_the_turn_hits_the_kv() -> None:
     assert claim.provisional == "used"
     assert claim.lead_s == 3.0
     assert settle_claim(claim, {"device": 120, "host": 0}) == "used"
-    assert settle_claim(claim, {"device": 0, "storage": 120}) == "wasted"  # it went there, found nothing on device
+    assert settle_claim(claim, {"device": 0, "storage": 120}) == "wasted"  # it went there, found nothing there
+    # The device had no free room for the prefetched pages: they stayed in the worker's host tier, and were found.
+    assert settle_claim(claim, {"device": 0, "host": 120, "storage": 0}) == "used"
     assert book.get("s", 5.0) is None  # claimed: gone
 
 
@@ -156,3 +159,24 @@ def test_webhook_signature_window_and_replay() -> None:
     verifier.verify("1200", sign("secret", "1200", body), body, now=1200)
     verifier.verify("1600", sign("secret", "1600", body), body, now=1600)
     assert sorted(verifier._seen.values()) == [1600.0]
+
+
+def test_withdrawn_advisory_is_gone_and_leaves_no_reservation() -> None:
+    book = AdvisorBook()
+    book.add(advisory := _advisory())
+    book.due(0.0)
+    assert book.withdraw("s") is advisory
+    assert book.reservation("s", 1.0) is None
+    assert book.claim("s", "a", 1.0) is None
+    assert book.expire(100.0) == []  # settled by whoever withdrew it, never again at expiry
+    assert book.withdraw("s") is None
+
+
+def test_prefetch_residency_says_where_the_pages_really_are() -> None:
+    on_device = prefetch_residency(tokens=1000, target="device", on_device=15, in_host=0, unavailable=1)
+    assert on_device == (938, "device")  # the tail page was nowhere
+    # The device had no free room: the pages stayed in host memory, and the belief must not say "device".
+    assert prefetch_residency(tokens=1000, target="device", on_device=0, in_host=16, unavailable=0) == (1000, "host")
+    assert prefetch_residency(tokens=1000, target="device", on_device=8, in_host=8, unavailable=0)[1] == "host"
+    assert prefetch_residency(tokens=1000, target="host", on_device=0, in_host=16, unavailable=0) == (1000, "host")
+    assert prefetch_residency(tokens=0, target="device", on_device=0, in_host=0, unavailable=0) == (0, "device")

@@ -192,7 +192,11 @@ async def test_a_worker_without_the_extension_never_fails_the_turn(make_gateway:
             worker.extension = False
         first = await _turn(gw, "noext-1", [USER])
         assert (await gw.client.post("/v1/sessions/noext-1/typing", json={"state": "started"})).status_code == 202
-        await asyncio.sleep(0.1)
+
+        async def prefetch_refused() -> bool:  # the worker answered 404: the reservation is dropped
+            return gw.state.advisor.reservation("noext-1") is None
+
+        await eventually(prefetch_refused)
         await _turn(gw, "noext-1", [USER, first["choices"][0]["message"], {"role": "user", "content": "still?"}])
         (settled,) = await _settled(gw, "noext-1")
         assert settled.outcome == "wasted"  # the prefetch could not be made: the reservation was dropped
