@@ -71,9 +71,14 @@ class FakeWorkerBehaviour:
     prefetch_delay_s: float = 0.0
     prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
     kv_ops: list[tuple[str, str]] = field(default_factory=list)
+    # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
+    # (the cache model's lookup scans every prompt seen); for throughput benchmarks.
+    prefix_cache: bool = True
 
     def cache_hit(self, tokens: tuple[str, ...]) -> dict[str, int]:
         """Where the longest cached prefix of `tokens` comes from, like SGLang's cache report."""
+        if not self.prefix_cache:
+            return {"device": 0, "host": 0, "storage": 0}
         on_device = self._longest(self.device, tokens)
         in_host = max(self._longest(self.host, tokens) - on_device, 0)
         in_pool = max(self._longest(self.pool, tokens) - on_device - in_host, 0)
@@ -375,8 +380,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=31001)
     parser.add_argument("--token-delay-s", type=float, default=0.0)
+    parser.add_argument(
+        "--no-prefix-cache", action="store_true", help="report nothing cached; keeps the cost per request flat"
+    )
     args = parser.parse_args()
-    app = create_fake_worker(FakeWorkerBehaviour(token_delay_s=args.token_delay_s))
+    behaviour = FakeWorkerBehaviour(token_delay_s=args.token_delay_s, prefix_cache=not args.no_prefix_cache)
+    app = create_fake_worker(behaviour)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 

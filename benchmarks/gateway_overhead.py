@@ -15,30 +15,20 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 
-__all__ = ["main"]
+from .processes import FakeWorkerProcess, GatewayServer, local_gateway_env
+
+__all__ = ["main", "percentile"]
 
 
-def _wait(url: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} not ready")
-
-
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -74,12 +64,12 @@ def report(times: dict[str, list[float]]) -> str:
     for name, values in times.items():
         lines.append(
             f"{name:<10}{len(values):>6}{statistics.median(values):>10.2f}"
-            f"{_percentile(values, 0.99):>10.2f}{statistics.fmean(values):>10.2f}"
+            f"{percentile(values, 0.99):>10.2f}{statistics.fmean(values):>10.2f}"
         )
     added = [g - d for g, d in zip(gateway, direct, strict=True)]
     lines.append(
         f"added by the gateway, per turn (paired): p50 {statistics.median(added):.2f} ms, "
-        f"p99 {_percentile(added, 0.99):.2f} ms, mean {statistics.fmean(added):.2f} ms"
+        f"p99 {percentile(added, 0.99):.2f} ms, mean {statistics.fmean(added):.2f} ms"
     )
     return "\n".join(lines)
 
@@ -97,58 +87,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-port", type=int, default=30090)
     args = parser.parse_args(argv)
 
-    children: list[subprocess.Popen[bytes]] = []
-    worker_handle = None
-    with tempfile.TemporaryDirectory(prefix="sessiongate-bench-") as tmp:
-        try:
-            worker_url = args.worker_url
-            if args.fake_worker:
-                worker_url = f"http://127.0.0.1:{args.worker_port}"
-                children.append(
-                    subprocess.Popen([sys.executable, "-m", "benchmarks.fake_worker", "--port", str(args.worker_port)])
-                )
-                _wait(f"{worker_url}/health")
-            elif args.start_worker:
-                from sglang_ext.launcher import WorkerConfig, start_worker
+    with tempfile.TemporaryDirectory(prefix="sessiongate-bench-") as tmp, ExitStack() as stack:
+        work_dir = Path(tmp)
+        worker_url = args.worker_url
+        if args.fake_worker:
+            fake = FakeWorkerProcess(work_dir, port=args.worker_port)
+            stack.callback(fake.stop)
+            fake.wait_ready()
+            worker_url = fake.url
+        elif args.start_worker:
+            from sglang_ext.launcher import WorkerConfig, start_worker
 
-                worker_handle = start_worker(WorkerConfig(port=args.worker_port, state_dir=Path(tmp)))
-                worker_handle.wait_ready(timeout=300)
-                worker_url = worker_handle.url
-            gateway_url = f"http://127.0.0.1:{args.gateway_port}"
-            env = {
-                **os.environ,
-                "SESSIONGATE_ALLOW_UNAUTHENTICATED": "1",  # a local benchmark: no keys
-                "SESSIONGATE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/bench.db",
-                "SESSIONGATE_LOG_LEVEL": "warning",
-            }
-            children.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "sessiongate.cli",
-                        "serve",
-                        "--port",
-                        str(args.gateway_port),
-                        "--worker",
-                        worker_url,
-                    ],
-                    env=env,
-                )
-            )
-            _wait(f"{gateway_url}/readyz")
-            times = run(worker_url, gateway_url, args.turns, args.sessions, args.max_tokens)
-            print(
-                f"worker {worker_url} ({'fake' if args.fake_worker else 'SGLang'}), "
-                f"{args.sessions} sessions x {args.turns} turns, max_tokens {args.max_tokens}, concurrency 1"
-            )
-            print(report(times))
-        finally:
-            for child in children:
-                child.terminate()
-                child.wait(30)
-            if worker_handle is not None:
-                worker_handle.stop()
+            worker_handle = start_worker(WorkerConfig(port=args.worker_port, state_dir=work_dir))
+            stack.callback(worker_handle.stop)
+            worker_handle.wait_ready(timeout=300)
+            worker_url = worker_handle.url
+        gateway = GatewayServer(
+            work_dir, workers=[worker_url], env=local_gateway_env(work_dir / "bench.db"), port=args.gateway_port
+        )
+        stack.callback(gateway.stop)
+        gateway.wait_http(f"{gateway.url}/readyz", timeout_s=60)  # a worker is routable
+        cpu_before = gateway.cpu_seconds()
+        times = run(worker_url, gateway.url, args.turns, args.sessions, args.max_tokens)
+        gateway_cpu_ms = (gateway.cpu_seconds() - cpu_before) * 1000 / (args.sessions * args.turns)
+        print(
+            f"worker {worker_url} ({'fake' if args.fake_worker else 'SGLang'}), "
+            f"{args.sessions} sessions x {args.turns} turns, max_tokens {args.max_tokens}, concurrency 1"
+        )
+        print(report(times))
+        print(f"gateway CPU per turn (user + system, every turn of the run): {gateway_cpu_ms:.2f} ms")
     return 0
 
 

@@ -1,12 +1,15 @@
 """Real processes for load tests and fault tests: fake workers and the gateway, each its own OS process.
 
 `FakeWorkerProcess` runs `python -m benchmarks.fake_worker`, `GatewayServer` runs `sessiongate serve` (uvicorn,
-uvloop, httptools: what production runs). Both log to a file, are started in their own process group and are
-stopped by their pid only; `kill()` sends SIGKILL (a crash), `pause()`/`resume()` SIGSTOP/SIGCONT (a hang).
+uvloop, httptools: what production runs), `SglangRouterProcess` runs SGLang's own router (the `sglang-router`
+wheel, Rust) for comparisons. All log to a file, are started in their own process group and are stopped by their
+pid only; `kill()` sends SIGKILL (a crash), `pause()`/`resume()` SIGSTOP/SIGCONT (a hang).
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import os
 import signal
 import socket
@@ -18,7 +21,18 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["FakeWorkerProcess", "GatewayServer", "ManagedProcess", "free_port"]
+__all__ = [
+    "FakeWorkerProcess",
+    "GatewayServer",
+    "ManagedProcess",
+    "SglangRouterProcess",
+    "free_port",
+    "local_gateway_env",
+    "sglang_router_installed",
+]
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def free_port() -> int:
@@ -57,6 +71,17 @@ class ManagedProcess:
             time.sleep(0.1)
         raise TimeoutError(f"{url} not ready after {timeout_s} s:\n{self.log_tail()}")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system, all threads) of the running process so far, to the nanosecond.
+
+        Its POSIX CPU-time clock, not /proc/<pid>/stat (what psutil reads): that counts in 10 ms ticks, too coarse
+        for a proxy that spends tens of microseconds per request."""
+        clock = ctypes.c_int()
+        error = _LIBC.clock_getcpuclockid(self.pid, ctypes.byref(clock))
+        if error:
+            raise OSError(error, f"clock_getcpuclockid({self.pid}): {os.strerror(error)}")
+        return time.clock_gettime(clock.value)
+
     def log_tail(self, chars: int = 4000) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")[-chars:]
@@ -86,11 +111,18 @@ class ManagedProcess:
 
 
 class FakeWorkerProcess(ManagedProcess):
-    def __init__(self, log_dir: Path, *, port: int | None = None, token_delay_s: float = 0.0) -> None:
+    """`prefix_cache=False` turns off the fake's cache model, whose lookup cost grows with every prompt it has
+    seen: a worker for throughput benchmarks, whose cost must stay flat over thousands of requests."""
+
+    def __init__(
+        self, log_dir: Path, *, port: int | None = None, token_delay_s: float = 0.0, prefix_cache: bool = True
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "benchmarks.fake_worker", "--port", str(self.port)]
         command += ["--token-delay-s", str(token_delay_s)]
+        if not prefix_cache:
+            command.append("--no-prefix-cache")
         super().__init__(command, log_path=log_dir / f"fake-worker-{self.port}.log")
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
@@ -110,3 +142,58 @@ class GatewayServer(ManagedProcess):
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         self.wait_http(f"{self.url}/healthz", timeout_s)
+
+
+def local_gateway_env(database_path: Path, *, log_level: str = "warning") -> dict[str, str]:
+    """A benchmark gateway's settings: no keys (local use), its own SQLite store, so sessions persist."""
+    return {
+        "SESSIONGATE_ALLOW_UNAUTHENTICATED": "1",
+        "SESSIONGATE_DATABASE_URL": f"sqlite+aiosqlite:///{database_path}",
+        "SESSIONGATE_LOG_LEVEL": log_level,
+    }
+
+
+# `python -m sglang_router.launch_router` imports the wheel's Python mini load balancer, which imports SGLang
+# itself (and torch); the Rust router needs only these two modules.
+_SGLANG_ROUTER_MAIN = """
+import argparse, sys
+from sglang_router.router import Router
+from sglang_router.router_args import RouterArgs
+parser = argparse.ArgumentParser()
+RouterArgs.add_cli_args(parser, use_router_prefix=False)
+args = RouterArgs.from_cli_args(parser.parse_args(sys.argv[1:]), use_router_prefix=False)
+args._validate_router_args()
+Router.from_args(args).start()
+"""
+
+
+def sglang_router_installed() -> bool:
+    return importlib.util.find_spec("sglang_router") is not None
+
+
+class SglangRouterProcess(ManagedProcess):
+    """SGLang's router (the `sglang-router` wheel) in front of `workers`.
+
+    `policy="manual"` routes by the `x-smg-routing-key` header, each key sticking to one worker: its session
+    persistence. Its Prometheus listener gets a free port of its own, so that two routers never collide.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        workers: list[str],
+        policy: str = "manual",
+        log_level: str = "warn",
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-c", _SGLANG_ROUTER_MAIN, "--host", "127.0.0.1", "--port", str(self.port)]
+        command += ["--worker-urls", *workers, "--policy", policy, "--log-level", log_level]
+        command += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+        super().__init__(command, log_path=log_dir / f"sglang-router-{self.port}.log")
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        # /health answers before the workers are registered; /readiness only once one can be routed to.
+        self.wait_http(f"{self.url}/readiness", timeout_s)

@@ -1,0 +1,76 @@
+"""The gateway-vs-sglang-router benchmark at tiny scale (seconds): real processes, every request answered, and a
+well-formed report (both Markdown tables, the JSON figures)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from benchmarks.processes import sglang_router_installed
+
+pytestmark = pytest.mark.anyio
+
+ROUNDS, PHASE_REQUESTS = 2, 6
+SYSTEMS = {"direct", "sessiongate", "sglang-router"}
+MODES = {"non-streamed", "streamed"}
+
+
+def _table(lines: list[str]) -> list[list[str]]:
+    """A Markdown table's body rows as cells; checks the header separator and that every row has as many cells."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines]
+    assert all(set(cell) <= set("-") for cell in rows[1]), lines[1]
+    assert {len(row) for row in rows} == {len(rows[0])}, lines
+    return rows[2:]
+
+
+@pytest.mark.skipif(
+    not sglang_router_installed(), reason="sglang-router is not installed (pip install sglang-router==0.3.2)"
+)
+def test_tiny_run_answers_everything_and_reports_both_proxies(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    command = [sys.executable, "-m", "benchmarks.router_overhead", "--workers", "2", "--concurrency", "2"]
+    command += ["--rounds", str(ROUNDS), "--phase-requests", str(PHASE_REQUESTS), "--warmup-requests", "2"]
+    command += ["--turns-per-session", "3", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    tables = [block.splitlines() for block in done.stdout.split("\n\n") if block.startswith("|")]
+    assert len(tables) == 2, done.stdout
+    per_system = _table(tables[0])
+    assert {(row[0], row[1]) for row in per_system} == {(s, m) for s in SYSTEMS for m in MODES}
+    for row in per_system:
+        assert (row[2], row[3]) == (str(ROUNDS * PHASE_REQUESTS), "0"), row
+    ratios = _table(tables[1])
+    assert {row[0] for row in ratios} == MODES
+    assert all(cell.endswith("x") for row in ratios for cell in row[1:]), ratios
+
+    figures = json.loads(out.read_text())["rows"]
+    for key, row in figures.items():
+        assert row["errors"] == 0, key
+        assert row["requests"] == ROUNDS * PHASE_REQUESTS, key
+        assert row["p50_ms"] > 0
+        if row["system"] != "direct":
+            assert row["cpu_us_per_request"] > 0, key
+            assert row["added_p50_ms"] is not None, key
+
+
+async def test_fake_worker_without_prefix_cache_reports_nothing_cached() -> None:
+    behaviour = FakeWorkerBehaviour(prefix_cache=False)
+    transport = httpx.ASGITransport(app=create_fake_worker(behaviour))
+    body = {
+        "model": "fake-model",
+        "messages": [{"role": "user", "content": "the same prompt twice"}],
+        "return_cached_tokens_details": True,
+    }
+    async with httpx.AsyncClient(transport=transport, base_url="http://worker") as client:
+        for _ in range(2):
+            answer = (await client.post("/v1/chat/completions", json=body)).json()
+            assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+            assert answer["sglext"]["cached_tokens_details"]["device"] == 0
+    assert behaviour.device == []  # nothing remembered: the cost per request stays flat
