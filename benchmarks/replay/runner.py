@@ -1,0 +1,287 @@
+"""`sessiongate bench replay`: replay a trace against each system at each load, then write the report.
+
+    sessiongate bench replay --workload sharegpt --loads 2,4 --out benchmarks/results/replay-sharegpt
+    sessiongate bench replay --busy-worker --out benchmarks/results/busy-worker
+    sessiongate bench replay --url http://127.0.0.1:8000 --systems kv_aware   # a stack you started yourself
+
+For each system the harness starts fresh workers (cold caches, an empty pool) and its front, then runs the loads
+in increasing order on them; each load draws its own sessions (other seeds), so no load reuses another's prefixes.
+Each run writes `records/<system>-<load>.jsonl` (one `TurnRecord` a line) and the report is rewritten after every
+run, so an interrupted sweep keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from benchmarks.metrics import RunSummary, summarize, summary_from_dict, write_records
+from benchmarks.report import write_report
+from benchmarks.workloads import (
+    HintModel,
+    SessionTrace,
+    agent_sessions,
+    mooncake_sessions,
+    scale_tokens,
+    sharegpt_sessions,
+)
+
+from .driver import ReplayOptions, ReplayResult, replay
+from .systems import SYSTEMS, ClusterConfig, kv_bytes_per_token, running_stack
+from .text import SyntheticText
+
+__all__ = ["build_parser", "main"]
+
+LABEL = "real CPU"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sessiongate bench replay", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workload", choices=("sharegpt", "agent", "mooncake"), default="sharegpt")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, run in this order")
+    p.add_argument("--loads", default="2,4", help="concurrent sessions (closed loop), comma-separated")
+    p.add_argument("--sessions-per-slot", type=int, default=3, help="sessions drawn per unit of load")
+    p.add_argument("--duration-s", type=float, default=240.0, help="no session starts after this (per run)")
+    p.add_argument("--time-scale", type=float, default=0.25, help="multiplies think, tool and arrival times")
+    p.add_argument("--think-time-s", type=float, default=20.0, help="ShareGPT: mean think time between turns")
+    p.add_argument("--token-scale", type=float, default=0.5, help="multiplies every token count of the trace")
+    p.add_argument("--max-context-tokens", type=int, default=1536, help="after scaling; longer sessions are cut")
+    p.add_argument(
+        "--max-output-tokens", type=int, default=48, help="answers capped (after scaling): CPU decode is slow"
+    )
+    p.add_argument("--system-tokens", type=int, default=1200, help="ShareGPT: a system prompt before turn 0")
+    p.add_argument("--min-turns", type=int, default=2, help="only sessions with at least this many turns")
+    p.add_argument("--hint-lead-s", type=float, default=11.3)
+    p.add_argument("--false-hints", type=float, default=0.0, help="share of hints that no request follows")
+    p.add_argument("--missed-hints", type=float, default=0.0, help="share of turns that get no hint")
+    p.add_argument("--model-size", choices=("tiny", "medium"), default="tiny")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--max-total-tokens", type=int, default=2048, help="device KV pool per worker, in tokens")
+    p.add_argument("--slo-p99-ttft-s", type=float, default=1.0)
+    p.add_argument(
+        "--state-dir", type=Path, default=Path(".sessiongate/bench"), help="the model, and each run's logs and pools"
+    )
+    p.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/replay-<workload>")
+    p.add_argument("--url", default=None, help="replay against this running stack (one system) instead")
+    p.add_argument("--busy-worker", action="store_true", help="the busy-worker scenario (see busy.py)")
+    p.add_argument("--busy-streams", type=int, default=2, help="busy worker: background generations at a time")
+    p.add_argument("--busy-output-tokens", type=int, default=128, help="busy worker: tokens per generation")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rerender", action="store_true", help="only rewrite the report from <out>/summaries.json")
+    p.add_argument("--note", action="append", default=[], help="with --rerender: a note to add to the report")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def load_sessions(args: argparse.Namespace, count: int, seed: int) -> list[SessionTrace]:
+    """`count` sessions of the workload with at least `--min-turns` turns, scaled to the model: token counts
+    times `--token-scale`, answers capped at `--max-output-tokens`, context cut at `--max-context-tokens`."""
+    limit = math.floor(args.max_context_tokens / args.token_scale)
+    drawn = count * 8  # enough to keep `count` multi-turn ones (a third of ShareGPT conversations have one turn)
+    if args.workload == "sharegpt":
+        raw = sharegpt_sessions(
+            count=drawn,
+            seed=seed,
+            think_time_s=args.think_time_s,
+            system_tokens=args.system_tokens,
+            max_context_tokens=limit,
+        )
+    elif args.workload == "agent":
+        raw = agent_sessions(count=drawn, seed=seed, max_context_tokens=limit)
+    else:
+        raw = mooncake_sessions(duration_s=args.duration_s / args.time_scale, max_context_tokens=limit)
+    capped = [
+        dataclasses.replace(
+            s,
+            turns=tuple(
+                dataclasses.replace(t, output_tokens=min(t.output_tokens, args.max_output_tokens)) for t in s.turns
+            ),
+        )
+        for s in scale_tokens(raw, args.token_scale)
+    ]
+    return [s for s in capped if len(s.turns) >= args.min_turns][:count]
+
+
+def work_dir(args: argparse.Namespace, out: Path) -> Path:
+    """Logs, pool directories and gateway databases: under the state dir, not next to the report."""
+    state_dir: Path = args.state_dir
+    return state_dir.resolve() / "runs" / out.name
+
+
+def hint_model(args: argparse.Namespace) -> HintModel:
+    return HintModel(lead_s=args.hint_lead_s, false_rate=args.false_hints, missed_rate=args.missed_hints)
+
+
+async def model_name(client: httpx.AsyncClient) -> str:
+    response = await client.get("/v1/models")
+    data = response.json().get("data") if response.status_code == 200 else None
+    return str(data[0]["id"]) if data else "default"
+
+
+def synthetic_text(args: argparse.Namespace) -> SyntheticText:
+    tokenizer = args.state_dir / "models" / args.model_size / "tokenizer.json"
+    return SyntheticText.for_tokenizer(tokenizer) if tokenizer.is_file() else SyntheticText()
+
+
+def advisory_counts(stats: dict[str, Any] | None) -> dict[str, int]:
+    """The advisory outcomes of the gateway's stats, summed over signal kinds."""
+    if stats is None:
+        return {}
+    counts = {"used": 0, "late": 0, "wasted": 0, "missed": int(stats.get("missed") or 0)}
+    for kind in (stats.get("kinds") or {}).values():
+        for outcome in ("used", "late", "wasted"):
+            counts[outcome] += int((kind.get("outcomes") or {}).get(outcome) or 0)
+    return counts
+
+
+def estimated_bytes(result: ReplayResult, model_size: str) -> dict[str, int]:
+    """KV bytes moved into the device, estimated as tokens found per tier times the model's KV bytes per token
+    (the workers do not report bytes): a pool hit is read pool -> host -> device."""
+    per_token = kv_bytes_per_token(model_size)
+    ok = [r for r in result.records if r.error is None]
+    pool = sum(r.cached_pool for r in ok)
+    return {"pool->host": pool * per_token, "host->device": (sum(r.cached_host for r in ok) + pool) * per_token}
+
+
+async def replay_on(
+    url: str, system: str, sessions: list[SessionTrace], args: argparse.Namespace, *, load: int, hints: bool
+) -> ReplayResult:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=httpx.Timeout(600.0, connect=10.0), limits=httpx.Limits(max_connections=256)
+    ) as client:
+        options = ReplayOptions(
+            system=system,
+            concurrency=load,
+            time_scale=args.time_scale,
+            hints=hint_model(args) if hints else None,
+            max_duration_s=args.duration_s,
+            model=await model_name(client),
+            text=synthetic_text(args),
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+        return await replay(client, sessions, options)
+
+
+def measure(
+    stack_url: str,
+    system: str,
+    load: int,
+    args: argparse.Namespace,
+    out: Path,
+    *,
+    hints: bool,
+    stats: Callable[[], dict[str, Any] | None] = lambda: None,
+) -> RunSummary:
+    sessions = load_sessions(args, args.sessions_per_slot * load, seed=args.seed * 1000 + load)
+    before = advisory_counts(stats())
+    result = anyio.run(functools.partial(replay_on, stack_url, system, sessions, args, load=load, hints=hints))
+    after = advisory_counts(stats())
+    advisories = {k: after[k] - before.get(k, 0) for k in after}
+    if hints:
+        advisories["hints sent"] = sum(result.hints_sent.values())
+        advisories["hint errors"] = sum(result.hint_errors.values())
+    write_records(out / "records" / f"{system.replace('+', '-')}-{load}.jsonl", result.records)
+    summary = summarize(
+        system,
+        load,
+        "sessions",
+        result.records,
+        bytes_moved=estimated_bytes(result, args.model_size),
+        advisories=advisories,
+        label=LABEL,
+    )
+    errors = [r.error for r in result.records if r.error]
+    print(
+        f"{system} @ {load}: {summary.requests} turns, {summary.errors} errors, TTFT mean "
+        f"{summary.ttft.mean * 1000:.0f} ms p99 {summary.ttft.p99 * 1000:.0f} ms, recomputed "
+        f"{summary.recomputed_share:.0%}" + (f"; first error: {errors[0]}" if errors else ""),
+        flush=True,
+    )
+    return summary
+
+
+def save(out: Path, title: str, summaries: list[RunSummary], notes: list[str], args: argparse.Namespace) -> None:
+    (out / "summaries.json").write_text(json.dumps([dataclasses.asdict(s) for s in summaries], indent=1))
+    write_report(out, title, summaries, notes=notes, slo_p99_ttft_s=args.slo_p99_ttft_s)
+
+
+def run_notes(args: argparse.Namespace) -> list[str]:
+    return [
+        f"Real SGLang CPU workers ({args.workers} x {args.model_size} random-weight Llama, float32, device KV pool "
+        f"{args.max_total_tokens} tokens each); 2 shared CPU cores, other jobs running: timings are noisy.",
+        f"Workload: {args.workload} (sessions of {args.min_turns}+ turns"
+        + (f", a {args.system_tokens}-token system prompt before scaling" if args.workload == "sharegpt" else "")
+        + f"), token counts x{args.token_scale}, answers capped at {args.max_output_tokens} tokens, context cut at "
+        f"{args.max_context_tokens} tokens, trace times x{args.time_scale}; closed loop, {args.sessions_per_slot} "
+        f"sessions per unit of load, no session started after {args.duration_s:g} s.",
+        f"Hints (kv_aware+advisories only): lead {args.hint_lead_s:g} s (before time scaling), false "
+        f"{args.false_hints:.0%}, missed {args.missed_hints:.0%}.",
+        "Workers restarted for every system (cold device, host and pool); loads run in increasing order on the same "
+        "workers, each with its own sessions.",
+        "Bytes moved are estimates (tokens found in host or pool x KV bytes per token), not measurements.",
+        f"Command: sessiongate bench replay {' '.join(args.argv)}",
+    ]
+
+
+def rerender(out: Path, args: argparse.Namespace) -> None:
+    """The report again from the saved summaries (another SLO bound, more notes), keeping its title and notes."""
+    saved = json.loads((out / "summaries.json").read_text())
+    lines = (out / "report.md").read_text().splitlines()
+    header = lines[: next(i for i, line in enumerate(lines) if line.startswith("## "))]
+    notes = [line[2:] for line in header if line.startswith("- ")]
+    notes += [note for note in args.note if note not in notes]
+    summaries = [summary_from_dict(s) for s in saved]
+    write_report(out, lines[0].lstrip("# "), summaries, notes=notes, slo_p99_ttft_s=args.slo_p99_ttft_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = list(argv or [])
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in SYSTEMS and args.url is None]
+    if unknown:
+        raise SystemExit(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
+    loads = sorted(int(x) for x in args.loads.split(","))
+    out: Path = args.out or Path("benchmarks/results") / f"replay-{args.workload}"
+    out.mkdir(parents=True, exist_ok=True)
+    if args.rerender:
+        rerender(out, args)
+        return 0
+    if args.busy_worker:
+        from .busy import run_busy_worker
+
+        return run_busy_worker(args, out)
+    title = f"Trace replay: {args.workload} on {args.workers} CPU workers"
+    summaries: list[RunSummary] = []
+    notes = run_notes(args)
+    if args.url is not None:
+        for load in loads:
+            summaries.append(measure(args.url, systems[0], load, args, out, hints=False))
+            save(out, title, summaries, notes, args)
+        return 0
+    cluster = ClusterConfig(
+        state_dir=args.state_dir.resolve(),
+        model_size=args.model_size,
+        workers=args.workers,
+        max_total_tokens=args.max_total_tokens,
+    )
+    for system in systems:
+        spec = SYSTEMS[system]
+        with running_stack(spec, cluster, work_dir(args, out)) as stack:
+            for load in loads:
+                summaries.append(
+                    measure(stack.url, system, load, args, out, hints=spec.hints, stats=stack.advisory_stats)
+                )
+                save(out, title, summaries, notes, args)
+    print(f"report: {out / 'report.md'}")
+    return 0

@@ -1,0 +1,111 @@
+"""The replay driver against the real gateway app in front of two fake SGLang workers (in-process, no sockets)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from benchmarks.replay.driver import ReplayOptions, replay
+from benchmarks.replay.text import SyntheticText
+from benchmarks.workloads import HintModel, SessionTrace, Turn
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+
+pytestmark = pytest.mark.anyio
+
+ADMIN_KEY = "replay-admin"
+
+
+class _ByHost:
+    """One ASGI transport for several fake workers, chosen by the Host header."""
+
+    def __init__(self, apps: dict[str, ASGIApp]) -> None:
+        self.apps = apps
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = dict(scope["headers"]).get(b"host", b"").decode().split(":")[0]
+        await self.apps[host](scope, receive, send)
+
+
+def _sessions() -> list[SessionTrace]:
+    def session(n: int, second_kind: str) -> SessionTrace:
+        turns = (
+            Turn(40 + n, 6, 0.0, "first"),
+            Turn(12, 5, 0.2, second_kind),
+            Turn(9 + n, 4, 0.1, "user"),
+        )
+        return SessionTrace(f"s{n}", "synthetic", 0.0, turns)
+
+    return [session(0, "user"), session(1, "tool"), session(2, "user")]
+
+
+async def test_replay_through_the_gateway_extends_each_prompt(tmp_path: Path, open_gateway: Callable[..., Any]) -> None:
+    pool: list[tuple[str, ...]] = []
+    workers = {"worker-a": FakeWorkerBehaviour(pool=pool), "worker-b": FakeWorkerBehaviour(pool=pool)}
+    transport = httpx.ASGITransport(app=_ByHost({k: create_fake_worker(v) for k, v in workers.items()}))
+    settings = GatewaySettings(
+        workers=("http://worker-a:30000", "http://worker-b:30000"),
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        allow_unauthenticated=True,
+        admin_key=ADMIN_KEY,
+        health_interval_s=0.05,
+    )
+    sessions = _sessions()
+    # The fake worker counts whitespace words, plus one token per message for its role.
+    options = ReplayOptions(
+        system="kv_aware+advisories",
+        concurrency=2,
+        time_scale=0.5,
+        hints=HintModel(lead_s=0.1),
+        text=SyntheticText(message_overhead_tokens=1),
+        progress=False,
+    )
+    async with open_gateway(create_app(settings, worker_transport=transport)) as client:
+        result = await replay(client, sessions, options)
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        stats = (await client.get("/v1/admin/advisories/stats", headers=admin)).json()
+
+    records = {(r.session_id, r.turn): r for r in result.records}
+    assert len(result.records) == len(records) == 9
+    for session in sessions:
+        for k, turn in enumerate(session.turns):
+            r = records[(session.id, k)]
+            assert r.error is None
+            assert r.first_token_s is not None
+            assert r.done_s is not None
+            assert r.sent_s <= r.first_token_s <= r.done_s
+            assert r.worker in {"worker-a:30000", "worker-b:30000"}
+            # Token counts follow the trace (plus the assistant role token of each earlier turn).
+            assert r.prompt_tokens == session.prompt_tokens(k) + k
+            assert r.output_tokens == turn.output_tokens
+            if k:
+                assert r.cached_device + r.cached_host + r.cached_pool >= session.prompt_tokens(k - 1)
+                previous_done = records[(session.id, k - 1)].done_s
+                assert previous_done is not None
+                assert r.sent_s - previous_done >= turn.gap_s * options.time_scale - 0.01
+
+    # What the workers received: each turn's messages are the previous turn's, its real answer, and the new ones.
+    received = [request["messages"] for w in workers.values() for request in w.requests]
+    by_session: dict[str, list[list[dict[str, Any]]]] = {}
+    for messages in received:
+        by_session.setdefault(messages[0]["content"], []).append(messages)
+    assert len(by_session) == 3
+    for turns in by_session.values():
+        turns.sort(key=len)
+        assert [len(m) for m in turns] == [1, 3, 5]
+        for earlier, later in itertools.pairwise(turns):
+            assert later[: len(earlier)] == earlier
+            assert later[len(earlier)]["role"] == "assistant"
+            assert later[len(earlier)]["content"].startswith("echo:")
+
+    # One hint per turn after the first: typing for user turns, a tool advisory for the tool turn.
+    assert result.hints_sent == {"typing": 5, "tool": 1}
+    assert not result.hint_errors
+    assert stats["requests"] == 6
