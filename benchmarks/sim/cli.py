@@ -33,7 +33,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sessiongate bench sim", description=__doc__.splitlines()[0])
     parser.add_argument("--calibration", choices=("h100", "cpu"), default="h100")
     parser.add_argument("--cpu-profile", type=Path, default=DEFAULT_CPU_PROFILE, help="from calibrate_cpu.py")
-    parser.add_argument("--workers", type=int, nargs="+", default=[16])
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=None,
+        help="default 16; with --validate, default the number of workers named in the records (a router that"
+        " reports none, like sglang-router, needs it given)",
+    )
     parser.add_argument("--trace", choices=("mooncake", "sharegpt", "agent"), default="mooncake")
     parser.add_argument("--system", nargs="+", choices=sorted(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument(
@@ -74,10 +81,12 @@ def _calibration(args: argparse.Namespace) -> Calibration:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cal = _calibration(args)
+    worker_counts: list[int] = args.workers or [16]
     hints = HintModel(lead_s=args.lead, false_rate=args.false_rate, missed_rate=args.missed_rate)
     began = time.perf_counter()
     if args.validate is not None:
-        rows = validate(read_records(args.validate), cal, hints=hints, seed=args.seed)
+        workers = args.workers[0] if args.workers else None
+        rows = validate(read_records(args.validate), cal, hints=hints, seed=args.seed, workers=workers)
         text = validation_markdown(rows, cal, args.validate)
         print(text)
         if args.out is not None:
@@ -95,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     loads = args.loads or ([1.0] if args.trace == "mooncake" else [256.0])
     if args.sweep is not None:
         out = args.out or Path("sim-sweep")
-        for workers in args.workers:
+        for workers in worker_counts:
             table = hint_sweep(
                 args.sweep,
                 args.trace,
@@ -112,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from benchmarks.report import write_report
 
-    for workers in args.workers:
+    for workers in worker_counts:
         summaries = load_sweep(
             args.trace,
             loads,
