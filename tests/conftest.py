@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from starlette.applications import Starlette
+
+from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 OpenGateway = Callable[[Starlette], contextlib.AbstractAsyncContextManager[httpx.AsyncClient]]
 
@@ -35,7 +37,7 @@ def free_port() -> Callable[[], int]:
     return _free_port
 
 
-class _WithLifespanState:
+class WithLifespanState:
     """Serve an app with the state its lifespan yielded, as a real ASGI server would."""
 
     def __init__(self, app: Any, state: dict[str, Any]) -> None:
@@ -51,7 +53,7 @@ async def _open_gateway(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     async with (
         app.router.lifespan_context(app) as state,
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=_WithLifespanState(app, dict(state or {}))),
+            transport=httpx.ASGITransport(app=WithLifespanState(app, dict(state or {}))),
             base_url="http://gateway",
             timeout=120,
         ) as client,
@@ -63,3 +65,14 @@ async def _open_gateway(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 def open_gateway() -> OpenGateway:
     """`async with open_gateway(create_app(settings)) as client:` the app, its lifespan run, in-process."""
     return _open_gateway
+
+
+@pytest.fixture(scope="module")
+def engine_worker(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[WorkerProcess]:
+    """One real SGLang CPU worker (tiny model, the launcher's defaults) for the module's tests."""
+    process = start_worker(WorkerConfig(state_dir=tmp_path_factory.mktemp("engine"), port=free_port()))
+    try:
+        process.wait_ready(300)
+        yield process
+    finally:
+        process.stop()

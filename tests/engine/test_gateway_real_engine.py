@@ -7,7 +7,7 @@ store recorded, as a user of the session API would.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from sessiongate.demo import WEATHER_TOOL
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.launcher import WorkerProcess
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 
@@ -27,22 +27,14 @@ SYSTEM = "You are a travel assistant. " + " ".join(
 )
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[WorkerProcess]:
-    process = start_worker(WorkerConfig(state_dir=tmp_path_factory.mktemp("engine"), port=free_port()))
-    try:
-        process.wait_ready(300)
-        yield process
-    finally:
-        process.stop()
-
-
 @pytest.fixture
 async def gateway(
-    worker: WorkerProcess, tmp_path: Path, open_gateway: Callable[..., Any]
+    engine_worker: WorkerProcess, tmp_path: Path, open_gateway: Callable[..., Any]
 ) -> AsyncIterator[httpx.AsyncClient]:
     settings = GatewaySettings(
-        allow_unauthenticated=True, workers=(worker.url,), database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}"
+        allow_unauthenticated=True,
+        workers=(engine_worker.url,),
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
     )
     app = create_app(settings)
     async with open_gateway(app) as client:

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from tests.conftest import WithLifespanState
 
 WORKER_URLS = ("http://worker-a:30000", "http://worker-b:30000")
 
@@ -29,17 +30,6 @@ class HostDispatch:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         host = dict(scope["headers"]).get(b"host", b"").decode().split(":")[0]
         await self.apps[host](scope, receive, send)
-
-
-class WithLifespanState:
-    """Serve an app with the state its lifespan yielded, as a real ASGI server would."""
-
-    def __init__(self, app: ASGIApp, state: dict[str, Any]) -> None:
-        self.app, self.state = app, state
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["state"] = dict(self.state)
-        await self.app(scope, receive, send)
 
 
 @dataclass

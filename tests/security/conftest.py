@@ -12,23 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from tests.conftest import WithLifespanState
 
 ADMIN_KEY = "admin-secret-for-tests"
 WORKER_URL = "http://worker-a:30000"
-
-
-class _WithLifespanState:
-    def __init__(self, app: ASGIApp, state: dict[str, Any]) -> None:
-        self.app, self.state = app, state
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["state"] = dict(self.state)
-        await self.app(scope, receive, send)
 
 
 @dataclass
@@ -67,7 +58,7 @@ async def secure_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[Secur
     }
     app = create_app(GatewaySettings(**options), worker_transport=transport)
     async with app.router.lifespan_context(app) as state:
-        served = _WithLifespanState(app, state)
+        served = WithLifespanState(app, state)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://gateway") as client:
             yield SecureGateway(client, behaviour, state["gateway"])
 

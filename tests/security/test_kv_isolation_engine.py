@@ -6,7 +6,7 @@ The gateway runs in-process (real ASGI app, real SQLite store, real HTTP to the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.launcher import WorkerProcess
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 
@@ -23,22 +23,12 @@ ADMIN = {"authorization": "Bearer admin-for-engine-test"}
 LONG = "You are a careful assistant. " + " ".join(f"Fact {i}: the archive shelf {i} holds maps." for i in range(40))
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[WorkerProcess]:
-    process = start_worker(WorkerConfig(state_dir=tmp_path_factory.mktemp("engine"), port=free_port()))
-    try:
-        process.wait_ready(300)
-        yield process
-    finally:
-        process.stop()
-
-
 @pytest.fixture
 async def gateway(
-    worker: WorkerProcess, tmp_path: Path, open_gateway: Callable[..., Any]
+    engine_worker: WorkerProcess, tmp_path: Path, open_gateway: Callable[..., Any]
 ) -> AsyncIterator[httpx.AsyncClient]:
     settings = GatewaySettings(
-        workers=(worker.url,),
+        workers=(engine_worker.url,),
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
         admin_key=ADMIN["authorization"].split()[1],
         cache_salt_secret="engine-test-secret",
