@@ -33,6 +33,7 @@ __all__ = [
     "RETURN_TOOL_CALLS",
     "SESSION_BY_ID",
     "SESSION_OWNER",
+    "SESSION_OWNERS",
     "SET_CONTEXT",
     "TOUCH_SESSION",
     "TURN_STATUS",
@@ -58,6 +59,7 @@ CLAIM_SEQ = (
     .returning(Session.turn_count, Session.context_digest, Session.context_length)
 )
 SESSION_OWNER = select(Session.tenant_id, Session.state).where(Session.id == bindparam("p_session"))
+SESSION_OWNERS = select(Session.id, Session.tenant_id).where(Session.id.in_(bindparam("p_sessions", expanding=True)))
 INSERT_TURN = insert(Turn)
 INSERT_ADVISORY = insert(Advisory)
 ADVISORY_COLUMNS = tuple(Advisory.__mapper__.column_attrs)

@@ -16,6 +16,7 @@ from .records import (
     ApiKeyRecord,
     IdempotencyRecord,
     InstanceLease,
+    MissedTurn,
     Page,
     SessionRecord,
     TenantRecord,
@@ -205,6 +206,11 @@ class SessionStore(Protocol):
         turn_id: str | None = None,
     ) -> AdvisoryRecord:
         """A new advisory, pending; or already settled (`outcome` and `resolved_at`), in one write."""
+        ...
+
+    async def record_missed_turns(self, missed: Sequence[MissedTurn]) -> int:
+        """Record follow-up turns that no advisory foresaw (advisories of kind "none", settled `missed`), in one
+        write; turns of sessions that are gone are skipped. The number recorded."""
         ...
 
     async def resolve_advisory(

@@ -16,6 +16,7 @@ __all__ = [
     "ApiKeyRecord",
     "IdempotencyRecord",
     "InstanceLease",
+    "MissedTurn",
     "Page",
     "SessionRecord",
     "TenantRecord",
@@ -25,6 +26,16 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class MissedTurn:
+    """A follow-up turn that no advisory foresaw, for `record_missed_turns`."""
+
+    session_id: str
+    tenant_id: str
+    turn_id: str
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

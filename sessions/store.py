@@ -23,7 +23,7 @@ from sqlalchemy.orm import InstrumentedAttribute
 
 from . import _convert as cv
 from . import _statements as sql
-from . import history, idempotency, instances, keys, turns
+from . import advisories, history, idempotency, instances, keys, turns
 from ._sql import insert_on_conflict, session_values, tenant_values
 from .database import create_engine
 from .errors import (
@@ -42,6 +42,7 @@ from .records import (
     ApiKeyRecord,
     IdempotencyRecord,
     InstanceLease,
+    MissedTurn,
     Page,
     SessionRecord,
     TenantRecord,
@@ -407,30 +408,24 @@ class SqlSessionStore:
         resolved_at: datetime | None = None,
         turn_id: str | None = None,
     ) -> AdvisoryRecord:
-        if outcome != "pending":
-            cv.one_of(outcome, cv.ADVISORY_OUTCOMES, "outcome")
-        if (outcome == "pending") != (resolved_at is None):
-            raise ValueError("an advisory has a resolved_at exactly when its outcome is not pending")
-        advisory = Advisory(
-            id=cv.new_id("adv_"),
-            session_id=session_id,
-            kind=cv.one_of(kind, cv.ADVISORY_KINDS, "kind"),
-            target_worker=target_worker,
-            created_at=cv.aware(created_at, "created_at"),
-            expires_at=cv.aware(expires_at, "expires_at"),
-            outcome=outcome,
-            resolved_at=cv.aware(resolved_at, "resolved_at") if resolved_at is not None else None,
-            turn_id=turn_id,
-            detail=dict(detail) if detail is not None else None,
-        )
-        # Core statements built once, not the ORM's unit of work: the advisor records a "missed" advisory for most
-        # follow-up turns, so this is on the per-request path.
         async with self._connection() as conn:
-            owner = (await conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
-            if owner is None or owner.tenant_id != tenant_id:
-                raise SessionNotFound(session_id)
-            await conn.execute(sql.INSERT_ADVISORY, {c.key: getattr(advisory, c.key) for c in sql.ADVISORY_COLUMNS})
-        return cv.advisory_record(advisory)
+            return await advisories.insert_advisory(
+                conn,
+                session_id,
+                tenant_id=tenant_id,
+                kind=kind,
+                target_worker=target_worker,
+                created_at=created_at,
+                expires_at=expires_at,
+                detail=detail,
+                outcome=outcome,
+                resolved_at=resolved_at,
+                turn_id=turn_id,
+            )
+
+    async def record_missed_turns(self, missed: Sequence[MissedTurn]) -> int:
+        async with self._connection() as conn:
+            return await advisories.insert_missed(conn, missed)
 
     async def resolve_advisory(
         self, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None = None

@@ -54,6 +54,7 @@ class Advisor:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = _utcnow,
         cache_salt_for: Callable[[str], str] | None = None,
+        missed_flush_s: float = 0.25,
     ) -> None:
         # The tenant's cache salt is part of every KV key: a prefetch without the salt the real request
         # carries would bring pages the request can never hit.
@@ -71,6 +72,9 @@ class Advisor:
         self.wall = wall
         self._claims: dict[str, Claim] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # "Missed" records wait here and are written together, at most `missed_flush_s` after the first.
+        self.missed_flush_s = missed_flush_s
+        self._missed: list[sessions.MissedTurn] = []
 
     # background work
 
@@ -80,6 +84,7 @@ class Advisor:
         task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
+        await self.flush_missed()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -192,7 +197,9 @@ class Advisor:
             self.stats.claimed += 1
         elif turn_seq > 1:
             self.stats.missed += 1
-            self._spawn(self._record_missed(session_id, tenant_id, turn_id))
+            self._missed.append(sessions.MissedTurn(session_id, tenant_id, turn_id, self.wall()))
+            if len(self._missed) == 1:
+                self._spawn(self._flush_missed_later())
 
     def on_turn_end(
         self,
@@ -315,21 +322,17 @@ class Advisor:
         except sessions.StoreError as exc:
             log.warning("advisory_not_resolved", advisory_id=advisory_id, error=str(exc))
 
-    async def _record_missed(self, session_id: str, tenant_id: str, turn_id: str) -> None:
-        """A follow-up request that no advisory foresaw: recorded as an advisory of kind "none", missed."""
-        wall = self.wall()
+    async def _flush_missed_later(self) -> None:
+        await asyncio.sleep(self.missed_flush_s)
+        await self.flush_missed()
+
+    async def flush_missed(self) -> None:
+        """Write the waiting "missed" records in one store write (a turn's own writes come first; these are
+        statistics, so a batch lost to a store outage is logged, not retried)."""
+        batch, self._missed = self._missed, []
+        if not batch:
+            return
         try:
-            # Created settled, in one store write: this runs for most follow-up turns, beside the turn's own writes.
-            await self.store.create_advisory(
-                session_id,
-                tenant_id=tenant_id,
-                kind="none",
-                target_worker=None,
-                created_at=wall,
-                expires_at=wall,
-                outcome="missed",
-                resolved_at=wall,
-                turn_id=turn_id,
-            )
+            await self.store.record_missed_turns(batch)
         except sessions.StoreError as exc:
-            log.warning("advisory_not_recorded", outcome="missed", error=str(exc))
+            log.warning("advisory_not_recorded", outcome="missed", turns=len(batch), error=str(exc))

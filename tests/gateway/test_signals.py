@@ -130,6 +130,31 @@ async def test_unforeseen_follow_up_is_recorded_as_missed(gateway: Gateway) -> N
     assert (missed.kind, missed.outcome, missed.target_worker) == ("none", "missed", None)
 
 
+async def test_missed_records_of_many_turns_are_one_store_write(gateway: Gateway, monkeypatch: Any) -> None:
+    advisor = gateway.state.advisor
+    advisor.missed_flush_s = 60.0  # flushed by hand below: the batch is exactly the turns sent meanwhile
+    store = gateway.state.store
+    batches: list[int] = []
+
+    async def counting(missed: Any) -> int:
+        batches.append(len(missed))
+        return int(await type(store).record_missed_turns(store, missed))
+
+    monkeypatch.setattr(store, "record_missed_turns", counting)
+
+    async def two_turns(session: str) -> None:
+        first = await _turn(gateway, session, [USER])
+        await _turn(gateway, session, [USER, first["choices"][0]["message"], {"role": "user", "content": "more"}])
+
+    await asyncio.gather(*(two_turns(f"batch-{i}") for i in range(3)))
+    assert batches == []  # nothing written per turn
+    await advisor.flush_missed()
+    assert batches == [3]
+    for i in range(3):
+        (missed,) = await _advisories(gateway, f"batch-{i}")
+        assert (missed.kind, missed.outcome) == ("none", "missed")
+
+
 async def test_tool_calls_advise_and_tool_results_are_recorded(make_gateway: Any) -> None:
     async with make_gateway(**FAST) as gw:
         tools = [{"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]

@@ -1,4 +1,4 @@
-"""An advisory created already settled (the advisor's "missed" record): one store write, same record as two."""
+"""An advisory created already settled: one store write, same record as two; "missed" records in batches."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sessions import AdvisoryRecord, SqlSessionStore
+from sessions import AdvisoryRecord, MissedTurn, SqlSessionStore
 
 pytestmark = pytest.mark.anyio
 
@@ -47,3 +47,26 @@ async def test_settled_on_create_is_validated(
     session = await store.create_session()
     with pytest.raises(ValueError, match=error):
         await create_advisory(store, session.id, outcome=outcome, resolved_at=resolved_at)
+
+
+async def test_missed_turns_are_recorded_together_and_gone_sessions_skipped(store: SqlSessionStore) -> None:
+    kept, gone = await store.create_session(), await store.create_session()
+    foreign = await store.create_session(tenant_id="other")
+    turns = {}
+    for session in (kept, gone):
+        turns[session.id] = await store.begin_turn(
+            session.id, tenant_id="default", messages=[{"role": "user", "content": "q"}], request={}, received_at=T0
+        )
+    await store.delete_session(gone.id, tenant_id="default")
+    missed = [
+        MissedTurn(kept.id, "default", turns[kept.id].id, T0),
+        MissedTurn(gone.id, "default", turns[gone.id].id, T0),
+        MissedTurn(foreign.id, "default", "turn_x", T0),  # the id names another tenant's session
+        MissedTurn("sess_never", "default", "turn_y", T0),
+    ]
+    assert await store.record_missed_turns(missed) == 1
+    assert await store.record_missed_turns([]) == 0
+    (record,) = await store.list_advisories(kept.id, tenant_id="default")
+    assert (record.kind, record.outcome, record.resolved_at) == ("none", "missed", T0)
+    assert record.turn_id == turns[kept.id].id
+    assert await store.list_advisories(foreign.id, tenant_id="other") == []

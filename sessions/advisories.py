@@ -1,0 +1,95 @@
+"""Writing advisories: one at a time as the advisor creates them, and the "missed" records in batches.
+
+SQLAlchemy Core statements built once (`_statements`), not the ORM's unit of work: the advisor writes a "missed"
+record for most follow-up turns, so these are on the per-request path. The missed records of many turns go in
+one transaction (`insert_missed`): on SQLite every transaction takes the single write lock that the turns' own
+writes queue for, so one per turn would double the writers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from . import _convert as cv
+from . import _statements as sql
+from .errors import SessionNotFound
+from .models import Advisory
+from .records import AdvisoryRecord, MissedTurn
+
+__all__ = ["insert_advisory", "insert_missed"]
+
+
+def _values(advisory: Advisory) -> dict[str, Any]:
+    return {c.key: getattr(advisory, c.key) for c in sql.ADVISORY_COLUMNS}
+
+
+async def insert_advisory(
+    conn: AsyncConnection,
+    session_id: str,
+    *,
+    tenant_id: str,
+    kind: str,
+    target_worker: str | None,
+    created_at: datetime,
+    expires_at: datetime,
+    detail: Mapping[str, Any] | None,
+    outcome: str,
+    resolved_at: datetime | None,
+    turn_id: str | None,
+) -> AdvisoryRecord:
+    if outcome != "pending":
+        cv.one_of(outcome, cv.ADVISORY_OUTCOMES, "outcome")
+    if (outcome == "pending") != (resolved_at is None):
+        raise ValueError("an advisory has a resolved_at exactly when its outcome is not pending")
+    advisory = Advisory(
+        id=cv.new_id("adv_"),
+        session_id=session_id,
+        kind=cv.one_of(kind, cv.ADVISORY_KINDS, "kind"),
+        target_worker=target_worker,
+        created_at=cv.aware(created_at, "created_at"),
+        expires_at=cv.aware(expires_at, "expires_at"),
+        outcome=outcome,
+        resolved_at=cv.aware(resolved_at, "resolved_at") if resolved_at is not None else None,
+        turn_id=turn_id,
+        detail=dict(detail) if detail is not None else None,
+    )
+    owner = (await conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
+    if owner is None or owner.tenant_id != tenant_id:
+        raise SessionNotFound(session_id)
+    await conn.execute(sql.INSERT_ADVISORY, _values(advisory))
+    return cv.advisory_record(advisory)
+
+
+async def insert_missed(conn: AsyncConnection, missed: Sequence[MissedTurn]) -> int:
+    """Record each turn as an advisory of kind "none", settled `missed` at its time; the number written.
+
+    A turn whose session is gone by now (deleted), or belongs to another tenant, is skipped.
+    """
+    if not missed:
+        return 0
+    ids = sorted({m.session_id for m in missed})
+    owners = {row.id: row.tenant_id for row in await conn.execute(sql.SESSION_OWNERS, {"p_sessions": ids})}
+    rows = [
+        {
+            "id": cv.new_id("adv_"),
+            "session_id": m.session_id,
+            "kind": "none",
+            "target_worker": None,
+            "created_at": at,
+            "expires_at": at,
+            "outcome": "missed",
+            "resolved_at": at,
+            "turn_id": m.turn_id,
+            "detail": None,
+        }
+        for m in missed
+        if owners.get(m.session_id) == m.tenant_id
+        for at in (cv.aware(m.at, "at"),)
+    ]
+    if rows:
+        await conn.execute(sql.INSERT_ADVISORY, rows)
+    return len(rows)
