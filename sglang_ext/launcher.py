@@ -126,6 +126,8 @@ def build_command(config: WorkerConfig) -> list[str]:
         config.log_level,
         "--enable-cache-report",
         "--enable-metrics",
+        # An idle scheduler blocks on its input instead of spinning a core (see internals/idle_wait.py).
+        "--sleep-on-idle",
     ]
     if config.served_model_name is not None:
         command += ["--served-model-name", config.served_model_name]

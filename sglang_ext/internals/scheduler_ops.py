@@ -2,8 +2,8 @@
 
 Hooks (SGLang's `HookRegistry`, applied by its plug-in loader before the scheduler is built):
 
-- AFTER `Scheduler.init_request_dispatcher`: attach a `SchedulerExtension` to the scheduler and
-  route `ipc.SessiongateCall` to it;
+- AFTER `Scheduler.init_request_dispatcher`: attach a `SchedulerExtension` to the scheduler,
+  route `ipc.SessiongateCall` to it, and make the idle wait poll while KV moves (`idle_wait`);
 - AFTER `Scheduler.ingest_requests` (called once per event-loop iteration, busy or idle): advance
   the prefetches in flight and sample the throughput counters.
 
@@ -31,7 +31,7 @@ from array import array
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from sglang_ext.internals import kv_ops
+from sglang_ext.internals import idle_wait, kv_ops
 from sglang_ext.internals.ipc import SessiongateCall, SessiongateReply
 from sglang_ext.internals.no_keep import NoKeepRequests
 from sglang_ext.kv_budget import DemandItem, device_prefetch_quota
@@ -419,6 +419,10 @@ class SchedulerExtension:
         if self._gauges is not None:
             self._gauges.update(self.stats())
 
+    def moves_in_flight(self) -> bool:
+        """KV copies the scheduler loop must keep polling for: the cache's own, and the prefetches'."""
+        return bool(self._jobs) or idle_wait.cache_moves_in_flight(self._cache)
+
     def stats(self) -> dict[str, Any]:
         now = time.monotonic()
         controller = getattr(self._cache, "cache_controller", None)
@@ -441,6 +445,7 @@ def _after_init_request_dispatcher(result: Any, scheduler: Any, *args: Any, **kw
 
     extension = SchedulerExtension(scheduler)
     setattr(scheduler, _EXTENSION_ATTR, extension)
+    idle_wait.install(scheduler, extension.moves_in_flight)
     scheduler._request_dispatcher += TypeBasedDispatcher([(SessiongateCall, extension.handle_call)])
 
 

@@ -10,6 +10,7 @@ priority. Sessions' KV is retained and dropped through HTTP on B.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,17 +55,24 @@ def _start(state_dir: Path, pool_dir: Path, port: int, name: str) -> WorkerProce
 
 
 @pytest.fixture(scope="module")
-def workers(worker_state_dir: Path, pool_dir: Path, free_ports: Callable[[], int]) -> Iterator[tuple[str, str]]:
+def worker_processes(
+    worker_state_dir: Path, pool_dir: Path, free_ports: Callable[[], int]
+) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
     # Started together, so their ~20 s start-ups overlap; at most these two run during the module.
     first = _start(worker_state_dir, pool_dir, free_ports(), "prefetch-a")
     second = _start(worker_state_dir, pool_dir, free_ports(), "prefetch-b")
     try:
         first.wait_ready(READY_TIMEOUT)
         second.wait_ready(READY_TIMEOUT)
-        yield first.url, second.url
+        yield first, second
     finally:
         first.stop()
         second.stop()
+
+
+@pytest.fixture(scope="module")
+def workers(worker_processes: tuple[WorkerProcess, WorkerProcess]) -> tuple[str, str]:
+    return worker_processes[0].url, worker_processes[1].url
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +122,30 @@ def test_idle_load_report(worker_b: httpx.Client) -> None:
     assert report.prefetches_in_flight == 0
     assert report.page_size == PAGE
     assert abs(report.at - time.time()) < 5
+
+
+def _group_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of `pid`'s process group (a worker's)."""
+    group, ticks, total = os.getpgid(pid), os.sysconf("SC_CLK_TCK"), 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == group:  # pgrp; utime and stime are the 12th and 13th fields after the name
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def test_an_idle_worker_does_not_spin(worker_processes: tuple[WorkerProcess, WorkerProcess]) -> None:
+    # Without --sleep-on-idle SGLang's scheduler loop spins a core while it has nothing to run (idle_wait.py).
+    pid = worker_processes[0].pid
+    before = _group_cpu_s(pid)
+    time.sleep(3)
+    used = _group_cpu_s(pid) - before
+    assert used < 0.75, f"an idle worker used {used:.2f} s of CPU in 3 s"
 
 
 def test_prefetch_moves_a_session_to_another_worker(
