@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Connection
 
 from . import _convert as cv
 from . import _statements as sql
@@ -27,8 +27,8 @@ def _values(advisory: Advisory) -> dict[str, Any]:
     return {c.key: getattr(advisory, c.key) for c in sql.ADVISORY_COLUMNS}
 
 
-async def insert_advisory(
-    conn: AsyncConnection,
+def insert_advisory(
+    conn: Connection,
     session_id: str,
     *,
     tenant_id: str,
@@ -57,14 +57,14 @@ async def insert_advisory(
         turn_id=turn_id,
         detail=dict(detail) if detail is not None else None,
     )
-    owner = (await conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
+    owner = (conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
     if owner is None or owner.tenant_id != tenant_id:
         raise SessionNotFound(session_id)
-    await conn.execute(sql.INSERT_ADVISORY, _values(advisory))
+    conn.execute(sql.INSERT_ADVISORY, _values(advisory))
     return cv.advisory_record(advisory)
 
 
-async def insert_missed(conn: AsyncConnection, missed: Sequence[MissedTurn]) -> int:
+def insert_missed(conn: Connection, missed: Sequence[MissedTurn]) -> int:
     """Record each turn as an advisory of kind "none", settled `missed` at its time; the number written.
 
     A turn whose session is gone by now (deleted), or belongs to another tenant, is skipped.
@@ -72,7 +72,7 @@ async def insert_missed(conn: AsyncConnection, missed: Sequence[MissedTurn]) -> 
     if not missed:
         return 0
     ids = sorted({m.session_id for m in missed})
-    owners = {row.id: row.tenant_id for row in await conn.execute(sql.SESSION_OWNERS, {"p_sessions": ids})}
+    owners = {row.id: row.tenant_id for row in conn.execute(sql.SESSION_OWNERS, {"p_sessions": ids})}
     rows = [
         {
             "id": cv.new_id("adv_"),
@@ -91,5 +91,5 @@ async def insert_missed(conn: AsyncConnection, missed: Sequence[MissedTurn]) -> 
         for at in (cv.aware(m.at, "at"),)
     ]
     if rows:
-        await conn.execute(sql.INSERT_ADVISORY, rows)
+        conn.execute(sql.INSERT_ADVISORY, rows)
     return len(rows)

@@ -15,7 +15,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
+from sqlalchemy import Engine, event
+from sqlalchemy import create_engine as sa_create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -27,6 +28,7 @@ __all__ = [
     "STATEMENT_TIMEOUT_S",
     "alembic_config",
     "create_engine",
+    "sqlite_file_engine",
     "upgrade",
     "upgrade_sync",
 ]
@@ -67,6 +69,26 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
         kwargs.setdefault("pool_pre_ping", True)
         return create_async_engine(parsed, connect_args=connect_args, **kwargs)
     raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: use sqlite or postgresql")
+
+
+def sqlite_file_engine(engine: AsyncEngine) -> Engine | None:
+    """A synchronous engine (the standard `sqlite3` driver) on the same SQLite file as `engine`, with the same
+    settings; None for an in-memory database, which another engine could not see.
+
+    The store runs each per-request transaction on it in one worker-thread step. Through aiosqlite every
+    statement is several hops between the event loop and aiosqlite's thread (cursor, execute, fetch, close), and
+    those hops, not SQLite, were most of a turn's store cost.
+    """
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    sync = sa_create_engine(
+        url.set(drivername="sqlite+pysqlite"),
+        # One transaction at a time runs on it (the store's writer queue), from a thread pool's threads.
+        connect_args={"check_same_thread": False},
+    )
+    event.listen(sync, "connect", _set_sqlite_pragmas)
+    return sync
 
 
 def alembic_config(url: str | URL) -> Config:

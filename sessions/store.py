@@ -14,9 +14,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, text, update
+import anyio
+from sqlalchemy import ColumnElement, Connection, Select, and_, delete, or_, select, text, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import InstrumentedAttribute
@@ -25,7 +26,7 @@ from . import _convert as cv
 from . import _statements as sql
 from . import advisories, history, idempotency, instances, keys, turns
 from ._sql import insert_on_conflict, session_values, tenant_values
-from .database import create_engine
+from .database import create_engine, sqlite_file_engine
 from .errors import (
     AdvisoryNotFound,
     InvalidTransition,
@@ -53,6 +54,9 @@ from .records import (
 
 __all__ = ["SessionStore", "SqlSessionStore"]
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
 
 class SqlSessionStore:
     """The session store on `engine`, whose schema `sessions.upgrade` has created. `close()` disposes it."""
@@ -69,6 +73,8 @@ class SqlSessionStore:
         # process's writers on a lock instead hands the file over in order and at once; readers never wait (WAL).
         # Other processes writing the same file still meet the busy timeout. PostgreSQL needs none of this.
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self._backend == "sqlite" else None
+        self._sqlite_file = sqlite_file_engine(engine)
+        self._sqlite_thread = anyio.CapacityLimiter(1)
 
     @classmethod
     def from_url(cls, url: str | URL) -> SqlSessionStore:
@@ -106,6 +112,24 @@ class SqlSessionStore:
     async def _connection(self, *, write: bool = True) -> AsyncIterator[AsyncConnection]:
         async with self._store_errors(), self._writer_turn(write), self._engine.begin() as conn:
             yield conn
+
+    async def _per_request(self, work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`work(conn, ...)` in one transaction, as one step: a worker thread on an SQLite file, `run_sync` on
+        PostgreSQL (asyncpg has no thread hops to save). For the per-request writes (`turns`, `advisories`).
+
+        A caller cancelled meanwhile waits for the transaction to end: it commits or rolls back as a whole.
+        """
+        if self._sqlite_file is None:
+            async with self._connection() as conn:
+                return await conn.run_sync(work, *args, **kwargs)
+        engine = self._sqlite_file
+
+        def transaction() -> T:
+            with engine.begin() as conn:
+                return work(conn, *args, **kwargs)
+
+        async with self._store_errors(), self._writer_turn(True):
+            return await anyio.to_thread.run_sync(transaction, limiter=self._sqlite_thread)
 
     async def _insert_session(
         self, db: AsyncSession, session_id: str, tenant_id: str, priority: int, metadata: Mapping[str, Any]
@@ -266,24 +290,22 @@ class SqlSessionStore:
         received_at = cv.aware(received_at, "received_at")
         if create_session:
             cv.check_session_id(session_id)
-        async with self._connection() as conn:
-            return await turns.begin_turn(
-                conn,
-                session_id,
-                tenant_id=tenant_id,
-                messages=messages,
-                request=request,
-                received_at=received_at,
-                create_session=create_session,
-                clock=self._clock,
-                gateway_instance=gateway_instance,
-                gateway_run=gateway_run,
-            )
+        return await self._per_request(
+            turns.begin_turn,
+            session_id,
+            tenant_id=tenant_id,
+            messages=messages,
+            request=request,
+            received_at=received_at,
+            create_session=create_session,
+            clock=self._clock,
+            gateway_instance=gateway_instance,
+            gateway_run=gateway_run,
+        )
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
         dispatched_at = cv.aware(dispatched_at, "dispatched_at")
-        async with self._connection() as conn:
-            await turns.mark_dispatched(conn, turn_id, worker=worker, dispatched_at=dispatched_at)
+        await self._per_request(turns.mark_dispatched, turn_id, worker=worker, dispatched_at=dispatched_at)
 
     async def complete_turn(
         self,
@@ -299,20 +321,19 @@ class SqlSessionStore:
         worker: str | None = None,
         dispatched_at: datetime | None = None,
     ) -> TurnRecord:
-        async with self._connection() as conn:
-            return await turns.complete_turn(
-                conn,
-                turn_id,
-                output_message=output_message,
-                finish_reason=finish_reason,
-                model=model,
-                usage=usage,
-                cached_tokens_details=cached_tokens_details,
-                first_token_at=cv.aware_or_none(first_token_at, "first_token_at"),
-                ended_at=cv.aware(ended_at, "ended_at"),
-                worker=worker,
-                dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
-            )
+        return await self._per_request(
+            turns.complete_turn,
+            turn_id,
+            output_message=output_message,
+            finish_reason=finish_reason,
+            model=model,
+            usage=usage,
+            cached_tokens_details=cached_tokens_details,
+            first_token_at=cv.aware_or_none(first_token_at, "first_token_at"),
+            ended_at=cv.aware(ended_at, "ended_at"),
+            worker=worker,
+            dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
+        )
 
     async def fail_turn(
         self,
@@ -327,19 +348,18 @@ class SqlSessionStore:
         worker: str | None = None,
         dispatched_at: datetime | None = None,
     ) -> TurnRecord:
-        async with self._connection() as conn:
-            return await turns.fail_turn(
-                conn,
-                turn_id,
-                status=cv.one_of(status, cv.TURN_END_STATES, "status"),
-                error_type=error_type,
-                error_message=error_message,
-                ended_at=cv.aware(ended_at, "ended_at"),
-                partial_output=partial_output,
-                first_token_at=cv.aware_or_none(first_token_at, "first_token_at"),
-                worker=worker,
-                dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
-            )
+        return await self._per_request(
+            turns.fail_turn,
+            turn_id,
+            status=cv.one_of(status, cv.TURN_END_STATES, "status"),
+            error_type=error_type,
+            error_message=error_message,
+            ended_at=cv.aware(ended_at, "ended_at"),
+            partial_output=partial_output,
+            first_token_at=cv.aware_or_none(first_token_at, "first_token_at"),
+            worker=worker,
+            dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
+        )
 
     async def list_turns(
         self, session_id: str, *, tenant_id: str, limit: int = 100, after_seq: int | None = None
@@ -408,24 +428,22 @@ class SqlSessionStore:
         resolved_at: datetime | None = None,
         turn_id: str | None = None,
     ) -> AdvisoryRecord:
-        async with self._connection() as conn:
-            return await advisories.insert_advisory(
-                conn,
-                session_id,
-                tenant_id=tenant_id,
-                kind=kind,
-                target_worker=target_worker,
-                created_at=created_at,
-                expires_at=expires_at,
-                detail=detail,
-                outcome=outcome,
-                resolved_at=resolved_at,
-                turn_id=turn_id,
-            )
+        return await self._per_request(
+            advisories.insert_advisory,
+            session_id,
+            tenant_id=tenant_id,
+            kind=kind,
+            target_worker=target_worker,
+            created_at=created_at,
+            expires_at=expires_at,
+            detail=detail,
+            outcome=outcome,
+            resolved_at=resolved_at,
+            turn_id=turn_id,
+        )
 
     async def record_missed_turns(self, missed: Sequence[MissedTurn]) -> int:
-        async with self._connection() as conn:
-            return await advisories.insert_missed(conn, missed)
+        return await self._per_request(advisories.insert_missed, missed)
 
     async def resolve_advisory(
         self, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None = None
@@ -613,6 +631,8 @@ class SqlSessionStore:
 
     async def close(self) -> None:
         await self._engine.dispose()
+        if self._sqlite_file is not None:
+            self._sqlite_file.dispose()
 
 
 def _implements_protocol(store: SqlSessionStore) -> SessionStore:

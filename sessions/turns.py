@@ -1,9 +1,11 @@
 """Turn and tool-call operations, as functions over a connection or session whose transaction the caller owns.
 
 `SqlSessionStore` opens one transaction per call and delegates here. The per-request path (`begin_turn`,
-`mark_dispatched`, `complete_turn`, `fail_turn`) is SQLAlchemy Core on an `AsyncConnection` and returns records;
-the rest uses the ORM on an `AsyncSession`. State changes are conditional UPDATEs (`... WHERE status = 'pending'`),
-so two replicas racing to finish the same turn cannot both win; the loser gets `InvalidTransition`.
+`mark_dispatched`, `complete_turn`, `fail_turn`) is plain functions of SQLAlchemy Core over a synchronous
+`Connection`, returning records: the store runs each whole transaction in one step (a worker thread on SQLite,
+`run_sync` on PostgreSQL; see `SqlSessionStore._per_request`). The rest uses the ORM on an `AsyncSession`.
+State changes are conditional UPDATEs (`... WHERE status = 'pending'`), so two replicas racing to finish the
+same turn cannot both win; the loser gets `InvalidTransition`.
 
 `begin_turn` starts with the UPDATE of the session row: that takes the write lock first (SQLite) or the row lock
 (PostgreSQL), which serialises turns of one session and makes the seq allocation and the comparison with the
@@ -20,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
-from sqlalchemy import Row, func, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy import Connection, Row, Select, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 from sqlalchemy.sql.dml import Update
 
@@ -37,6 +39,7 @@ __all__ = [
     "begin_turn",
     "complete_turn",
     "context_turns",
+    "context_turns_statement",
     "fail_pending_turns",
     "fail_turn",
     "list_turns",
@@ -53,26 +56,30 @@ async def session_row(db: AsyncSession, session_id: str, tenant_id: str) -> Sess
     return row
 
 
-async def context_turns(db: AsyncConnection | AsyncSession, session_id: str) -> Sequence[Row[Any]]:
+async def context_turns(db: AsyncSession, session_id: str) -> Sequence[Row[Any]]:
     """The ok turns from the last context reset on, in seq order, with only what the context needs."""
+    rows: Sequence[Row[Any]] = (await db.execute(context_turns_statement(session_id))).all()
+    return rows
+
+
+def context_turns_statement(session_id: str) -> Select[tuple[int, str, bool, list[Any], Any]]:
     last_reset = (
         select(func.coalesce(func.max(Turn.seq), 0))
         .where(Turn.session_id == session_id, Turn.status == "ok", Turn.context_reset.is_(True))
         .scalar_subquery()
     )
-    stmt = (
+    return (
         select(Turn.seq, Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message)
         .where(Turn.session_id == session_id, Turn.status == "ok", Turn.seq >= last_reset)
         .order_by(Turn.seq)
     )
-    return (await db.execute(stmt)).all()
 
 
 # the per-request path
 
 
-async def begin_turn(
-    conn: AsyncConnection,
+def begin_turn(
+    conn: Connection,
     session_id: str,
     *,
     tenant_id: str,
@@ -84,11 +91,11 @@ async def begin_turn(
     gateway_instance: str | None = None,
     gateway_run: str | None = None,
 ) -> TurnRecord:
-    context = await _claim_seq(conn, session_id, tenant_id, received_at)
+    context = _claim_seq(conn, session_id, tenant_id, received_at)
     if context is None and create_session:
-        context = await _create_for_turn(conn, session_id, tenant_id, received_at, clock())
+        context = _create_for_turn(conn, session_id, tenant_id, received_at, clock())
     if context is None:
-        await _raise_not_active(conn, session_id, tenant_id, create_session=create_session)
+        _raise_not_active(conn, session_id, tenant_id, create_session=create_session)
     seq, digest, length = context
 
     delta = history.split_delta_by_digest(digest, length, messages)
@@ -102,37 +109,33 @@ async def begin_turn(
         "request": dict(request),
         "received_at": received_at,
     }
-    await conn.execute(sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
-    await _return_tool_calls(conn, session_id, delta.input_messages, received_at)
+    conn.execute(sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
+    _return_tool_calls(conn, session_id, delta.input_messages, received_at)
     return cv.pending_turn_record(values)
 
 
-async def _claim_seq(
-    conn: AsyncConnection, session_id: str, tenant_id: str, received_at: datetime
-) -> tuple[int, str, int] | None:
+def _claim_seq(conn: Connection, session_id: str, tenant_id: str, received_at: datetime) -> tuple[int, str, int] | None:
     """The next seq and the context (digest, length) of an active session of this tenant; None if there is none."""
     params = {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at}
-    row = (await conn.execute(sql.CLAIM_SEQ, params)).first()
+    row = (conn.execute(sql.CLAIM_SEQ, params)).first()
     return None if row is None else (row.turn_count, row.context_digest, row.context_length)
 
 
-async def _create_for_turn(
-    conn: AsyncConnection, session_id: str, tenant_id: str, received_at: datetime, now: datetime
+def _create_for_turn(
+    conn: Connection, session_id: str, tenant_id: str, received_at: datetime, now: datetime
 ) -> tuple[int, str, int] | None:
     """Create the session with this turn as its first; if another request created it meanwhile, join that one."""
     inserts = sql.INSERTS[conn.dialect.name]
-    await conn.execute(inserts.tenant, tenant_values(tenant_id, now))
+    conn.execute(inserts.tenant, tenant_values(tenant_id, now))
     values = session_values(session_id, tenant_id, now=now, turn_count=1, last_active_at=max(now, received_at))
-    if await conn.scalar(inserts.session, values) is not None:
+    if conn.scalar(inserts.session, values) is not None:
         return 1, history.EMPTY_DIGEST, 0
     # The other request's transaction has committed by now (ON CONFLICT waited for it): its row is visible.
-    return await _claim_seq(conn, session_id, tenant_id, received_at)
+    return _claim_seq(conn, session_id, tenant_id, received_at)
 
 
-async def _raise_not_active(
-    conn: AsyncConnection, session_id: str, tenant_id: str, *, create_session: bool
-) -> NoReturn:
-    row = (await conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
+def _raise_not_active(conn: Connection, session_id: str, tenant_id: str, *, create_session: bool) -> NoReturn:
+    row = (conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
     if row is not None and row.tenant_id != tenant_id and create_session:
         raise SessionExists(session_id)  # as get_or_create_session: the id is taken by another tenant
     if row is None or row.tenant_id != tenant_id:
@@ -140,8 +143,8 @@ async def _raise_not_active(
     raise InvalidTransition(f"session {session_id!r} is closed")
 
 
-async def _return_tool_calls(
-    conn: AsyncConnection, session_id: str, messages: Sequence[Mapping[str, Any]], received_at: datetime
+def _return_tool_calls(
+    conn: Connection, session_id: str, messages: Sequence[Mapping[str, Any]], received_at: datetime
 ) -> None:
     """Record the results that role=tool messages bring for calls still waiting for one."""
     results: dict[str, str] = {}
@@ -149,9 +152,9 @@ async def _return_tool_calls(
         results.setdefault(call_id, text)
     if not results:
         return
-    pending = (await conn.execute(sql.PENDING_TOOL_CALLS, {"p_session": session_id, "p_call_ids": list(results)})).all()
+    pending = (conn.execute(sql.PENDING_TOOL_CALLS, {"p_session": session_id, "p_call_ids": list(results)})).all()
     if pending:
-        await conn.execute(
+        conn.execute(
             sql.RETURN_TOOL_CALLS,
             [
                 {
@@ -165,33 +168,33 @@ async def _return_tool_calls(
         )
 
 
-async def _end_pending(conn: AsyncConnection, statement: Update, params: dict[str, Any]) -> Row[Any]:
-    row = (await conn.execute(statement, params)).first()
+def _end_pending(conn: Connection, statement: Update, params: dict[str, Any]) -> Row[Any]:
+    row = (conn.execute(statement, params)).first()
     if row is None:
-        await _raise_not_pending(conn, params["p_turn"])
+        _raise_not_pending(conn, params["p_turn"])
     return row
 
 
-async def _raise_not_pending(conn: AsyncConnection, turn_id: str) -> NoReturn:
-    status = await conn.scalar(sql.TURN_STATUS, {"p_turn": turn_id})
+def _raise_not_pending(conn: Connection, turn_id: str) -> NoReturn:
+    status = conn.scalar(sql.TURN_STATUS, {"p_turn": turn_id})
     if status is None:
         raise TurnNotFound(turn_id)
     raise InvalidTransition(f"turn {turn_id!r} is {status}, not pending")
 
 
-async def _touch_session(conn: AsyncConnection, session_id: str, at: datetime) -> Row[str, int, int]:
+def _touch_session(conn: Connection, session_id: str, at: datetime) -> Row[str, int, int]:
     """Move last_active_at (never back) and return the context, holding the session's row lock from now on."""
-    return (await conn.execute(sql.TOUCH_SESSION, {"p_session": session_id, "p_at": at})).one()
+    return (conn.execute(sql.TOUCH_SESSION, {"p_session": session_id, "p_at": at})).one()
 
 
-async def mark_dispatched(conn: AsyncConnection, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
+def mark_dispatched(conn: Connection, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
     params = {"p_turn": turn_id, "p_worker": worker, "p_dispatched_at": dispatched_at}
-    if await conn.scalar(sql.MARK_DISPATCHED, params) is None:
-        await _raise_not_pending(conn, turn_id)
+    if conn.scalar(sql.MARK_DISPATCHED, params) is None:
+        _raise_not_pending(conn, turn_id)
 
 
-async def complete_turn(
-    conn: AsyncConnection,
+def complete_turn(
+    conn: Connection,
     turn_id: str,
     *,
     output_message: Mapping[str, Any],
@@ -208,7 +211,7 @@ async def complete_turn(
     prompt_details = usage.get("prompt_tokens_details")
     cached_tokens = cv.int_or_none(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else None
     details = dict(cached_tokens_details) if cached_tokens_details is not None else None
-    turn = await _end_pending(
+    turn = _end_pending(
         conn,
         sql.COMPLETE_TURN,
         {
@@ -229,12 +232,12 @@ async def complete_turn(
             "p_dispatched_at": dispatched_at,
         },
     )
-    await _fold_into_context(conn, turn, await _touch_session(conn, turn.session_id, ended_at))
-    calls = await _record_requested_calls(conn, turn, ended_at)
+    _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
+    calls = _record_requested_calls(conn, turn, ended_at)
     return cv.turn_record(turn, calls)
 
 
-async def _fold_into_context(conn: AsyncConnection, turn: Row[Any], session: Row[str, int, int]) -> None:
+def _fold_into_context(conn: Connection, turn: Row[Any], session: Row[str, int, int]) -> None:
     """Add an ok turn to the context digest of its session, whose row (`session`) this transaction has locked."""
     if turn.seq > session.context_seq:
         # The newest ok turn: it extends the context, or on a reset starts it again, by its messages.
@@ -245,13 +248,13 @@ async def _fold_into_context(conn: AsyncConnection, turn: Row[Any], session: Row
         digest, length, seq = history.extend_digest(digest, added), length + len(added), turn.seq
     else:
         # Completed after a later turn of the session: its messages go in the middle of the context. Rare.
-        messages = history.context_messages(await context_turns(conn, turn.session_id))
+        messages = history.context_messages(conn.execute(context_turns_statement(turn.session_id)).all())
         digest, length, seq = history.context_digest(messages), len(messages), session.context_seq
     params = {"p_session": turn.session_id, "p_digest": digest, "p_length": length, "p_seq": seq}
-    await conn.execute(sql.SET_CONTEXT, params)
+    conn.execute(sql.SET_CONTEXT, params)
 
 
-async def _record_requested_calls(conn: AsyncConnection, turn: Row[Any], ended_at: datetime) -> list[Row[Any]]:
+def _record_requested_calls(conn: Connection, turn: Row[Any], ended_at: datetime) -> list[Row[Any]]:
     """Insert the tool calls the answer requests; a call id the session already has keeps its first row."""
     requested: dict[str, history.RequestedToolCall] = {}
     for call in history.requested_tool_calls(turn.output_message):
@@ -269,13 +272,13 @@ async def _record_requested_calls(conn: AsyncConnection, turn: Row[Any], ended_a
         }
         for call in requested.values()
     ]
-    result = await conn.execute(sql.INSERTS[conn.dialect.name].tool_calls, rows)
+    result = conn.execute(sql.INSERTS[conn.dialect.name].tool_calls, rows)
     inserted = {row.call_id: row for row in result.all()}
     return [inserted[call_id] for call_id in requested if call_id in inserted]
 
 
-async def fail_turn(
-    conn: AsyncConnection,
+def fail_turn(
+    conn: Connection,
     turn_id: str,
     *,
     status: str,
@@ -288,7 +291,7 @@ async def fail_turn(
     dispatched_at: datetime | None = None,
 ) -> TurnRecord:
     """End a pending turn without an answer (`status` is "failed" or "cancelled"); the context stays as it is."""
-    turn = await _end_pending(
+    turn = _end_pending(
         conn,
         sql.FAIL_TURN,
         {
@@ -302,7 +305,7 @@ async def fail_turn(
             "p_dispatched_at": dispatched_at,
         },
     )
-    await _touch_session(conn, turn.session_id, ended_at)
+    _touch_session(conn, turn.session_id, ended_at)
     return cv.turn_record(turn, ())
 
 
