@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -218,7 +219,9 @@ def save(out: Path, title: str, summaries: list[RunSummary], notes: list[str], a
 def run_notes(args: argparse.Namespace) -> list[str]:
     return [
         f"Real SGLang CPU workers ({args.workers} x {args.model_size} random-weight Llama, float32, device KV pool "
-        f"{args.max_total_tokens} tokens each); 2 shared CPU cores, other jobs running: timings are noisy.",
+        f"{args.max_total_tokens} tokens each); {os.cpu_count()} CPU cores shared by the workers, the front and this "
+        f"client; 1-minute load average {args.load_at_start:.1f} when the run started (other work on the machine "
+        "makes every timing noisy).",
         f"Workload: {args.workload} (sessions of {args.min_turns}+ turns"
         + (f", a {args.system_tokens}-token system prompt before scaling" if args.workload == "sharegpt" else "")
         + f"), token counts x{args.token_scale}, answers capped at {args.max_output_tokens} tokens, context cut at "
@@ -247,6 +250,7 @@ def rerender(out: Path, args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(argv or [])
+    args.load_at_start = os.getloadavg()[0]
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS and args.url is None]
     if unknown:
