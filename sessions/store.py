@@ -117,7 +117,7 @@ class SqlSessionStore:
         """`work(conn, ...)` in one transaction, as one step: a worker thread on an SQLite file, `run_sync` on
         PostgreSQL (asyncpg has no thread hops to save). For the per-request writes (`turns`, `advisories`).
 
-        A caller cancelled meanwhile waits for the transaction to end: it commits or rolls back as a whole.
+        The transaction commits or rolls back as a whole; on SQLite a caller cancelled meanwhile waits for its end.
         """
         if self._sqlite_file is None:
             async with self._connection() as conn:
