@@ -57,11 +57,27 @@ def insert_advisory(
         turn_id=turn_id,
         detail=dict(detail) if detail is not None else None,
     )
-    owner = (conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
+    owner = conn.execute(sql.SESSION_OWNER, {"p_session": session_id}).first()
     if owner is None or owner.tenant_id != tenant_id:
         raise SessionNotFound(session_id)
     conn.execute(sql.INSERT_ADVISORY, _values(advisory))
     return cv.advisory_record(advisory)
+
+
+def _missed_row(missed: MissedTurn) -> dict[str, Any]:
+    at = cv.aware(missed.at, "at")
+    return {
+        "id": cv.new_id("adv_"),
+        "session_id": missed.session_id,
+        "kind": "none",
+        "target_worker": None,
+        "created_at": at,
+        "expires_at": at,
+        "outcome": "missed",
+        "resolved_at": at,
+        "turn_id": missed.turn_id,
+        "detail": None,
+    }
 
 
 def insert_missed(conn: Connection, missed: Sequence[MissedTurn]) -> int:
@@ -73,23 +89,7 @@ def insert_missed(conn: Connection, missed: Sequence[MissedTurn]) -> int:
         return 0
     ids = sorted({m.session_id for m in missed})
     owners = {row.id: row.tenant_id for row in conn.execute(sql.SESSION_OWNERS, {"p_sessions": ids})}
-    rows = [
-        {
-            "id": cv.new_id("adv_"),
-            "session_id": m.session_id,
-            "kind": "none",
-            "target_worker": None,
-            "created_at": at,
-            "expires_at": at,
-            "outcome": "missed",
-            "resolved_at": at,
-            "turn_id": m.turn_id,
-            "detail": None,
-        }
-        for m in missed
-        if owners.get(m.session_id) == m.tenant_id
-        for at in (cv.aware(m.at, "at"),)
-    ]
+    rows = [_missed_row(m) for m in missed if owners.get(m.session_id) == m.tenant_id]
     if rows:
         conn.execute(sql.INSERT_ADVISORY, rows)
     return len(rows)

@@ -117,7 +117,7 @@ def begin_turn(
 def _claim_seq(conn: Connection, session_id: str, tenant_id: str, received_at: datetime) -> tuple[int, str, int] | None:
     """The next seq and the context (digest, length) of an active session of this tenant; None if there is none."""
     params = {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at}
-    row = (conn.execute(sql.CLAIM_SEQ, params)).first()
+    row = conn.execute(sql.CLAIM_SEQ, params).first()
     return None if row is None else (row.turn_count, row.context_digest, row.context_length)
 
 
@@ -135,7 +135,7 @@ def _create_for_turn(
 
 
 def _raise_not_active(conn: Connection, session_id: str, tenant_id: str, *, create_session: bool) -> NoReturn:
-    row = (conn.execute(sql.SESSION_OWNER, {"p_session": session_id})).first()
+    row = conn.execute(sql.SESSION_OWNER, {"p_session": session_id}).first()
     if row is not None and row.tenant_id != tenant_id and create_session:
         raise SessionExists(session_id)  # as get_or_create_session: the id is taken by another tenant
     if row is None or row.tenant_id != tenant_id:
@@ -152,7 +152,7 @@ def _return_tool_calls(
         results.setdefault(call_id, text)
     if not results:
         return
-    pending = (conn.execute(sql.PENDING_TOOL_CALLS, {"p_session": session_id, "p_call_ids": list(results)})).all()
+    pending = conn.execute(sql.PENDING_TOOL_CALLS, {"p_session": session_id, "p_call_ids": list(results)}).all()
     if pending:
         conn.execute(
             sql.RETURN_TOOL_CALLS,
@@ -169,7 +169,7 @@ def _return_tool_calls(
 
 
 def _end_pending(conn: Connection, statement: Update, params: dict[str, Any]) -> Row[Any]:
-    row = (conn.execute(statement, params)).first()
+    row = conn.execute(statement, params).first()
     if row is None:
         _raise_not_pending(conn, params["p_turn"])
     return row
@@ -184,7 +184,7 @@ def _raise_not_pending(conn: Connection, turn_id: str) -> NoReturn:
 
 def _touch_session(conn: Connection, session_id: str, at: datetime) -> Row[str, int, int]:
     """Move last_active_at (never back) and return the context, holding the session's row lock from now on."""
-    return (conn.execute(sql.TOUCH_SESSION, {"p_session": session_id, "p_at": at})).one()
+    return conn.execute(sql.TOUCH_SESSION, {"p_session": session_id, "p_at": at}).one()
 
 
 def mark_dispatched(conn: Connection, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
