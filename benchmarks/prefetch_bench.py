@@ -37,6 +37,7 @@ from typing import Any, Literal, cast
 
 import httpx
 
+from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sglang_ext.protocol import PREFETCH_PATH, PrefetchStatus
 
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             pool_dir=pool,
             max_total_tokens=max_total,
             chunked_prefill_size=2048,
+            cpu_threads=cores_per_worker(2),
             log_file=state / f"{name}.log",
             extra_args=("--context-length", str(longest + 64)),
         )

@@ -96,6 +96,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    from sglang_ext.hardware import cores_per_worker
     from sglang_ext.launcher import WorkerConfig, start_worker
     from sglang_ext.mooncake import MasterConfig, start_master
 
@@ -126,6 +127,7 @@ def run_up(args: argparse.Namespace) -> int:
                 storage_backend=args.pool,
                 pool_dir=pool_dir,
                 log_file=logs / f"worker-{i + 1}.log",
+                cpu_threads=cores_per_worker(args.workers),
             )
             worker = start_worker(master.config.pool_of(config) if master else config)
             started.append(worker)

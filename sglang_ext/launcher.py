@@ -208,6 +208,9 @@ def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str
         env["SGLANG_USE_CPU_ENGINE"] = "1"
         pythonpath = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + pythonpath if pythonpath else "")
+        if config.cpu_threads is not None:
+            # torch sizes its OpenMP (and MKL) pools from this at start-up, in every process the server forks.
+            env["OMP_NUM_THREADS"] = str(config.cpu_threads)
     return env
 
 

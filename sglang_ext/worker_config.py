@@ -42,6 +42,11 @@ class WorkerConfig:
     dtype: str | None = None
     """SGLang's `--dtype`; None: `float32` on CPU (AVX2 has no fast fp16/bf16 matmul: 2k-token prefill
     of the medium model took 9.3 s in float16, 1.2 s in float32), `auto` on GPU."""
+    cpu_threads: int | None = None
+    """Threads of the CPU engine's torch operators (`OMP_NUM_THREADS`); ignored on GPU. None: torch's default,
+    one per core, right for a worker alone on its machine. Workers that share a machine must share its cores
+    (`sglang_ext.hardware.cores_per_worker`): with every core each, their OpenMP threads spin against each
+    other and a decode step becomes 9-34x slower (docs/sglang-on-cpu.md)."""
     max_total_tokens: int = 4096
     """Device KV pool size in tokens; always passed (without it SGLang sizes the pool from free memory)."""
     page_size: int = 64
@@ -115,6 +120,13 @@ def _boolean(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
 # Field -> how its text is read; the field's type decides, so a new field needs a line here.
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "model_path": _optional(Path),
@@ -124,6 +136,7 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "port": int,
     "device": str,
     "dtype": _optional(str),
+    "cpu_threads": _optional(_positive),
     "max_total_tokens": int,
     "page_size": int,
     "max_running_requests": int,

@@ -20,6 +20,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
@@ -34,14 +35,22 @@ def workers(
 ) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
     root = tmp_path_factory.mktemp("advisor-engine")
     pool = root / "pool"
-    first = WorkerConfig(state_dir=root / "w1", port=free_port(), pool_dir=pool)
+    first = WorkerConfig(state_dir=root / "w1", port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2))
     processes = [start_worker(first)]
     try:
         processes[0].wait_ready(300)
         # The same model (the first worker generated it): KV keys, and so the shared pool, are per model.
         model = first.state_dir / "models" / first.model_size
         processes.append(
-            start_worker(WorkerConfig(state_dir=root / "w2", port=free_port(), pool_dir=pool, model_path=model))
+            start_worker(
+                WorkerConfig(
+                    state_dir=root / "w2",
+                    port=free_port(),
+                    pool_dir=pool,
+                    model_path=model,
+                    cpu_threads=cores_per_worker(2),
+                )
+            )
         )
         processes[1].wait_ready(300)
         yield processes[0], processes[1]

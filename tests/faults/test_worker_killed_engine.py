@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from benchmarks.processes import GatewayServer
+from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 pytestmark = pytest.mark.engine
@@ -24,7 +25,11 @@ pytestmark = pytest.mark.engine
 def workers(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[list[WorkerProcess]]:
     state = tmp_path_factory.mktemp("engine")
     started = [
-        start_worker(WorkerConfig(state_dir=state / str(i), port=free_port(), pool_dir=state / "pool"))
+        start_worker(
+            WorkerConfig(
+                state_dir=state / str(i), port=free_port(), pool_dir=state / "pool", cpu_threads=cores_per_worker(2)
+            )
+        )
         for i in range(2)
     ]
     try:

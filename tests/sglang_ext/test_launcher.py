@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglang_ext.cpu_compat import SITE_DIR
-from sglang_ext.hardware import has_cuda
+from sglang_ext.hardware import cores_per_worker, has_cuda
 from sglang_ext.launcher import build_command, build_env, resolve_config
 from sglang_ext.mooncake import MasterConfig, build_master_command
 from sglang_ext.plugin import TINY_TOOL_CALL_PARSER
@@ -65,6 +65,29 @@ def test_cpu_env_has_the_cpu_engine_and_the_compat_site_first(cpu_config: Worker
     # SGLang's file backend would prefer this variable over the configured pool directory.
     assert "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR" not in env
     assert environ["PYTHONPATH"] == "/elsewhere"  # the caller's mapping is left alone
+
+
+def test_cpu_threads_bound_the_cpu_engines_openmp_pool(tmp_path: Path) -> None:
+    shared = WorkerConfig(state_dir=tmp_path, device="cpu", cpu_threads=3)
+    assert build_env(shared, {"OMP_NUM_THREADS": "16"})["OMP_NUM_THREADS"] == "3"
+    # None leaves torch's default (or what the caller's environment says) alone.
+    alone = WorkerConfig(state_dir=tmp_path, device="cpu")
+    assert "OMP_NUM_THREADS" not in build_env(alone, {})
+    assert build_env(alone, {"OMP_NUM_THREADS": "5"})["OMP_NUM_THREADS"] == "5"
+    # SGLang runs a GPU worker's torch with one thread itself.
+    gpu = WorkerConfig(state_dir=tmp_path, device="cuda", model_path=Path("org/model"), cpu_threads=3)
+    assert "OMP_NUM_THREADS" not in build_env(gpu, {})
+    assert parse_worker_config(["--cpu-threads", "2"], {}).cpu_threads == 2
+    assert parse_worker_config([], {"SESSIONGATE_WORKER_CPU_THREADS": "4"}).cpu_threads == 4
+    with pytest.raises(SystemExit):
+        parse_worker_config(["--cpu-threads", "0"], {})
+
+
+def test_co_located_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4}, raising=False)
+    assert [cores_per_worker(n) for n in (1, 2, 3, 5, 8)] == [5, 2, 1, 1, 1]
+    with pytest.raises(ValueError, match="at least 1"):
+        cores_per_worker(0)
 
 
 @pytest.mark.skipif(has_cuda(), reason="checks the defaults on a machine without CUDA")

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
 
@@ -67,6 +68,7 @@ def pool(worker_state_dir: Path, free_ports: Callable[[], int]) -> Iterator[Pool
                 port=free_ports(),
                 mooncake_segment_bytes=SEGMENT_BYTES,
                 log_file=worker_state_dir / f"{name}.log",
+                cpu_threads=cores_per_worker(2),
             )
             workers.append(start_worker(master_config.pool_of(config)))
         for worker in workers:

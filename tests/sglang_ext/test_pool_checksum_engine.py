@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import CHECKED_FILE_BACKEND, WorkerConfig, WorkerProcess, start_worker
 from sglang_ext.protocol import PrefetchAccepted, PrefetchStatus
 
@@ -62,6 +63,7 @@ def workers(
                 pool_dir=pool_dir,
                 storage_backend=CHECKED_FILE_BACKEND,
                 log_file=worker_state_dir / f"{name}.log",
+                cpu_threads=cores_per_worker(2),
             )
             started.append(start_worker(config))
         for worker in started:
