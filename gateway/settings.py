@@ -96,13 +96,15 @@ class GatewaySettings:
     reservation_margin_s: float = DEFAULT_RESERVATION_MARGIN_S
     # The cost model (gateway/routing/cost.py): prefill work of a typical request ahead in the queue, the
     # prefill and decode rates assumed for a worker that reports none, KV size per token, transfer rates into
-    # the device.
+    # the device and the fixed cost of one move from host or pool.
     typical_prefill_tokens: int = _COST.typical_prefill_tokens
     default_prefill_tokens_per_s: float = _COST.default_prefill_tokens_per_s
     default_decode_tokens_per_s: float = _COST.default_decode_tokens_per_s
     kv_bytes_per_token: int = _COST.kv_bytes_per_token
     host_to_device_bytes_per_s: float = _COST.host_to_device_bytes_per_s
     pool_to_device_bytes_per_s: float = _COST.pool_to_device_bytes_per_s
+    host_to_device_latency_s: float = _COST.host_to_device_latency_s
+    pool_to_device_latency_s: float = _COST.pool_to_device_latency_s
     # How often each worker's load report is read (100-500 ms is the useful range).
     load_poll_interval_s: float = 0.25
     # Ageing of the KV belief: device entries older than this are believed demoted to host; host ones, gone.
@@ -165,6 +167,19 @@ class GatewaySettings:
             raise SettingsError(f"{ENV_PREFIX}LOAD_POLL_INTERVAL_S must be between 0.01 and 60")
         if self.advisory_tool_result_trigger not in ("first", "last"):
             raise SettingsError(f"{ENV_PREFIX}ADVISORY_TOOL_RESULT_TRIGGER must be 'first' or 'last'")
+        rates = (
+            self.default_prefill_tokens_per_s,
+            self.default_decode_tokens_per_s,
+            self.host_to_device_bytes_per_s,
+            self.pool_to_device_bytes_per_s,
+        )
+        if min(rates) <= 0 or self.kv_bytes_per_token < 1 or self.typical_prefill_tokens < 0:
+            raise SettingsError(
+                f"{ENV_PREFIX}DEFAULT_PREFILL_TOKENS_PER_S, DEFAULT_DECODE_TOKENS_PER_S, HOST_TO_DEVICE_BYTES_PER_S, "
+                "POOL_TO_DEVICE_BYTES_PER_S and KV_BYTES_PER_TOKEN must be positive, TYPICAL_PREFILL_TOKENS >= 0"
+            )
+        if self.host_to_device_latency_s < 0 or self.pool_to_device_latency_s < 0:
+            raise SettingsError(f"{ENV_PREFIX}HOST_TO_DEVICE_LATENCY_S and POOL_TO_DEVICE_LATENCY_S must be >= 0")
 
 
 # The names gateway.routing.make_policy knows (kept here so settings import nothing of the gateway).

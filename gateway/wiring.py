@@ -42,6 +42,8 @@ def build_policy(settings: GatewaySettings) -> RoutingPolicy:
         kv_bytes_per_token=settings.kv_bytes_per_token,
         host_to_device_bytes_per_s=settings.host_to_device_bytes_per_s,
         pool_to_device_bytes_per_s=settings.pool_to_device_bytes_per_s,
+        host_to_device_latency_s=settings.host_to_device_latency_s,
+        pool_to_device_latency_s=settings.pool_to_device_latency_s,
     )
     return make_policy(settings.routing_policy, cost=cost, reservation_margin_s=settings.reservation_margin_s)
 

@@ -3,7 +3,9 @@
 Two terms, both in seconds, so they add up:
 
     wait(w)     = queued(w) * typical_prefill_tokens / prefill_tps(w) + running(w) / decode_tps(w)
-    resident(w) = host_tokens * kv_bytes_per_token / host_to_device_bytes_per_s
+    resident(w) = [host_tokens > 0] * host_to_device_latency_s
+                + host_tokens * kv_bytes_per_token / host_to_device_bytes_per_s
+                + [pool_tokens > 0] * pool_to_device_latency_s
                 + pool_tokens * kv_bytes_per_token / pool_to_device_bytes_per_s
                 + recompute_tokens / prefill_tps(w)
 
@@ -11,10 +13,14 @@ Each request queued ahead (the report's queue, plus what the gateway sent since 
 by the prefill work of a typical request; the running batch delays it by about one decode step, `running /
 decode_tps` (decode_tps is the batch's aggregate rate), because continuous batching admits a newcomer at the next
 step. A worker without a load report has only the gateway's in-flight count, all of it counted as queued.
+Not modelled: a worker whose batch is full admits a queued request only when a running one ends, which depends on
+output lengths nobody knows yet; such a worker with a short queue scores as only a little slower than an idle one.
 The prompt is split by where its leading tokens are believed to be: on `w`'s device (free), in `w`'s host tier
-(a PCIe copy), in the shared pool (a pool read), or nowhere (recomputed at `w`'s prefill rate). Throughputs come
-from the workers' load reports when they have one, else from the configured default; transfer rates and the
-KV size per token are settings (they depend on the model and the hardware, not on load).
+(a PCIe copy), in the shared pool (a pool read), or nowhere (recomputed at `w`'s prefill rate). The prefill and
+decode speeds come from the workers' load reports (measured while working) when they have one, else from the
+configured default; transfer rates, the fixed cost of one move (scheduling, per-page lookups and copies, paid
+however few bytes move) and the KV size per token are settings (they depend on the model and the hardware, not on
+load; `benchmarks/sim/calibrate_cpu.py` measures them for our CPU workers).
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ class CostModel:
     kv_bytes_per_token: int = 131_072
     host_to_device_bytes_per_s: float = 16e9
     pool_to_device_bytes_per_s: float = 2e9
+    host_to_device_latency_s: float = 0.0
+    pool_to_device_latency_s: float = 0.0
 
     def prefill_rate(self, worker: WorkerView) -> float:
         reported = worker.prefill_tokens_per_s
@@ -74,12 +82,13 @@ class CostModel:
         return queued * self.typical_prefill_tokens / self.prefill_rate(worker) + running / self.decode_rate(worker)
 
     def resident_s(self, placement: Placement, worker: WorkerView) -> float:
-        bytes_per_token = self.kv_bytes_per_token
-        return (
-            placement.host * bytes_per_token / self.host_to_device_bytes_per_s
-            + placement.pool * bytes_per_token / self.pool_to_device_bytes_per_s
-            + placement.recompute / self.prefill_rate(worker)
-        )
+        per_token = self.kv_bytes_per_token
+        seconds = placement.recompute / self.prefill_rate(worker)
+        if placement.host:
+            seconds += self.host_to_device_latency_s + placement.host * per_token / self.host_to_device_bytes_per_s
+        if placement.pool:
+            seconds += self.pool_to_device_latency_s + placement.pool * per_token / self.pool_to_device_bytes_per_s
+        return seconds
 
     def score_s(self, prompt_tokens: int, kv: KVResidency, worker: WorkerView) -> float:
         """Expected seconds to this request's first token on `worker` (lower is better)."""

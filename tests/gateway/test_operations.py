@@ -113,3 +113,9 @@ def test_settings_precedence_and_validation() -> None:
         GatewaySettings.from_env({"SESSIONGATE_WORKERS": "ftp://x"})
     with pytest.raises(SettingsError, match="SESSIONGATE_LOG_JSON"):
         GatewaySettings.from_env({"SESSIONGATE_LOG_JSON": "perhaps"})
+    moves = GatewaySettings.from_env({"SESSIONGATE_POOL_TO_DEVICE_LATENCY_S": "0.012"})
+    assert moves.pool_to_device_latency_s == 0.012
+    with pytest.raises(SettingsError, match="POOL_TO_DEVICE_LATENCY_S"):
+        GatewaySettings.from_env({"SESSIONGATE_POOL_TO_DEVICE_LATENCY_S": "-1"})
+    with pytest.raises(SettingsError, match="HOST_TO_DEVICE_BYTES_PER_S"):
+        GatewaySettings.from_env({"SESSIONGATE_HOST_TO_DEVICE_BYTES_PER_S": "0"})
