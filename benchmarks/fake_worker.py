@@ -180,7 +180,8 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
             "total_tokens": len(prompt) + len(words),
             "prompt_tokens_details": {"cached_tokens": cached},
         }
-        details = {**hit, "storage_backend": "file"}
+        # As SGLang: no cache report at all for a prompt without hits.
+        details = {**hit, "storage_backend": "file"} if cached else None
         rid = f"chatcmpl-{len(b.requests)}"
         if not body.get("stream"):
             if b.token_delay_s:
@@ -196,7 +197,7 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
                 "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if call else "stop"}],
                 "usage": usage,
             }
-            if body.get("return_cached_tokens_details"):
+            if body.get("return_cached_tokens_details") and details is not None:
                 answer["sglext"] = {"cached_tokens_details": details}
             return JSONResponse(answer)
         return StreamingResponse(_stream(b, body, rid, words, call, usage, details), media_type="text/event-stream")
@@ -232,6 +233,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             prefill_tokens_per_s=b.prefill_tokens_per_s,
             decode_tokens_per_s=b.decode_tokens_per_s,
             page_size=b.page_size,
+            storage_backend="file",
         )
         return Response(report.model_dump_json(), media_type="application/json")
 
@@ -366,7 +368,7 @@ async def _stream(
                 await asyncio.sleep(b.token_delay_s)
             yield event([{"index": 0, "delta": {"content": (" " if i else "") + word}, "finish_reason": None}])
     yield event([{"index": 0, "delta": {}, "finish_reason": "tool_calls" if call else "stop"}])
-    if body.get("return_cached_tokens_details"):
+    if body.get("return_cached_tokens_details") and details is not None:
         yield event([], sglext={"cached_tokens_details": details})
     if (body.get("stream_options") or {}).get("include_usage"):
         yield event([], usage=usage)

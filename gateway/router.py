@@ -96,11 +96,13 @@ class Router:
         usage = usage or {}
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
+        worker = self.pool.get(worker_id)
         self.belief.after_turn(
             session_id,
             worker_id,
             prompt_tokens=prompt if isinstance(prompt, int) else 0,
             completion_tokens=completion if isinstance(completion, int) else 0,
             details=details,
+            writes_to_pool=worker is not None and worker.load is not None and bool(worker.load.storage_backend),
             now=self.clock(),
         )

@@ -84,6 +84,7 @@ class Endpoints:
 
     async def load(self) -> JSONResponse:
         figures = http_ops.load_snapshot()
+        facts = sglang_internals.server_facts()
         stats = await self._scheduler_stats()
         if figures is None:
             return error_response(503, "not_ready", "the scheduler has not published a load snapshot yet")
@@ -98,7 +99,8 @@ class Endpoints:
             prefetches_in_flight=int(stats.get("prefetches_in_flight", 0)),
             prefill_tokens_per_s=float(stats.get("prefill_tokens_per_s", 0.0)),
             decode_tokens_per_s=float(stats.get("decode_tokens_per_s", 0.0)),
-            page_size=sglang_internals.server_facts().page_size,
+            page_size=facts.page_size,
+            storage_backend=facts.storage_backend,
         )
         return JSONResponse(report.model_dump(mode="json"))
 

@@ -1,10 +1,12 @@
-"""Recent throughput from a cumulative counter: tokens per second over a short sliding window.
+"""Recent speed from a cumulative counter: tokens per second over a short sliding window of a clock.
 
-The router polls the load report every 100-500 ms and wants "how fast is this worker going now",
-not a lifetime average and not SGLang's per-log-interval figure (which holds its last value for
-seconds after the work stops). The scheduler feeds the meter its cumulative counters as it runs;
-the rate is the counter's growth over the last `window_s` seconds, so it falls to 0 one window
-after the work stops.
+The router polls the load report every 100-500 ms and wants "how fast does this worker prefill, how
+long is its decode step", not a lifetime average and not SGLang's per-log-interval figure. The
+scheduler feeds a `RateMeter` its cumulative counters against a busy-time clock: the seconds the
+engine spent on that kind of work. The rate is then the speed while working, over the last `window_s`
+seconds of work, and it holds while the worker idles. (Fed with wall time instead, a meter gives
+throughput, which under light load reads far below the speed: a worker that prefills 8,000 tokens/s
+but received 300 tokens in the last 2 s would read 150 tokens/s.)
 """
 
 from __future__ import annotations
@@ -26,10 +28,17 @@ class RateMeter:
         if self._samples and total < self._samples[-1][1]:
             # A counter that went backwards was reset: start the window again.
             self._samples.clear()
+        if self._samples and self._samples[-1] == (now, total):
+            return  # a busy-time clock stands still while the worker idles: nothing new to keep
         self._samples.append((now, total))
         # Keep one sample at or before the window's start, so the rate spans the whole window.
         while len(self._samples) > 2 and self._samples[1][0] <= now - self.window_s:
             self._samples.popleft()
+
+    @property
+    def clock(self) -> float:
+        """The clock's reading at the last sample (0 before any)."""
+        return self._samples[-1][0] if self._samples else 0.0
 
     def rate(self, now: float) -> float:
         if len(self._samples) < 2:

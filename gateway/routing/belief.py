@@ -2,8 +2,9 @@
 
 Updated from two sources only:
 - each finished turn: the worker that served it now holds the whole context (prompt and answer) on its device,
-  and, when its cache report names a storage backend or a pool hit, the pool holds it too (HiCache writes
-  through); the report's device/host/storage split is kept as the last observation;
+  and, when its load report or the turn's cache report names a storage backend (or the turn hit the pool), the
+  pool holds it too (HiCache writes through); the report's device/host/storage split is kept as the last
+  observation;
 - each prefetch outcome: the worker holds what the prefetch brought to the tier it targeted.
 
 Beliefs age, because other sessions evict them and the gateway does not see that: a device entry older than
@@ -78,7 +79,10 @@ class KVBelief:
         completion_tokens: int,
         details: Mapping[str, Any] | None,
         now: float,
+        writes_to_pool: bool = False,
     ) -> None:
+        """`writes_to_pool`: the serving worker's load report names a pool it writes through to; needed because
+        a turn whose prompt had no hits comes back without a cache report."""
         entry = self._entry(session_id)
         total = prompt_tokens + completion_tokens
         entry.workers[worker_id] = (total, "device", now)
@@ -86,8 +90,8 @@ class KVBelief:
         entry.context_tokens = total
         if details is not None:
             entry.last_report = dict(details)
-            if details.get("storage_backend") or _int(details.get("storage")) > 0:
-                entry.pool = total
+        if writes_to_pool or (details is not None and (details.get("storage_backend") or _int(details.get("storage")))):
+            entry.pool = total
 
     def after_prefetch(self, session_id: str, worker_id: str, *, tokens: int, tier: str, now: float) -> None:
         entry = self._entry(session_id)

@@ -5,7 +5,8 @@ Hooks (SGLang's `HookRegistry`, applied by its plug-in loader before the schedul
 - AFTER `Scheduler.init_request_dispatcher`: attach a `SchedulerExtension` to the scheduler,
   route `ipc.SessiongateCall` to it, and make the idle wait poll while KV moves (`idle_wait`);
 - AFTER `Scheduler.ingest_requests` (called once per event-loop iteration, busy or idle): advance
-  the prefetches in flight and sample the throughput counters.
+  the prefetches in flight and sample the engine's own step counters (tokens prefilled and generated,
+  against the microseconds its prefill and decode steps took) into the speed meters.
 
 A prefetch uses UnifiedRadixCache's own machinery, as a request's admission does, minus the
 request: `match_prefix` (what is resident), `prefetch_from_storage` + `check_prefetch_progress`
@@ -96,8 +97,6 @@ class SchedulerExtension:
         self._jobs: dict[str, _Job] = {}
         self._prefill = RateMeter()
         self._decode = RateMeter()
-        self._decode_total = 0
-        self._seen_output: dict[str, int] = {}
         self._last_sample = 0.0
         self._attempts = 0
         self._gauges = LoadGauges.create() if _metrics_enabled() else None
@@ -403,19 +402,17 @@ class SchedulerExtension:
         now = time.monotonic()
         if now - self._last_sample >= _SAMPLE_INTERVAL_S:
             self._last_sample = now
-            self._sample(now)
+            self._sample()
             self._fate.sweep(now)
 
-    def _sample(self, now: float) -> None:
+    def _sample(self) -> None:
+        # Cumulative counters SGLang keeps per step (`Scheduler._record_step_counters`); their clocks are busy
+        # time, so the meters give speeds while working (see `rate_meter`).
         scheduler = self._scheduler
-        seen: dict[str, int] = {}
-        for req in scheduler.running_batch.reqs:
-            produced = len(req.output_ids)
-            self._decode_total += max(produced - self._seen_output.get(req.rid, 0), 0)
-            seen[req.rid] = produced
-        self._seen_output = seen
-        self._decode.observe(now, self._decode_total)
-        self._prefill.observe(now, int(getattr(scheduler, "total_prefill_uncached_tokens", 0)))
+        prefill_busy_s = getattr(scheduler, "total_prefill_busy_us", 0) / 1e6
+        self._prefill.observe(prefill_busy_s, int(getattr(scheduler, "total_prefill_uncached_tokens", 0)))
+        decode = getattr(scheduler, "decode_moment_totals", None) or [0.0] * 6  # steps, Σbatch, Σµs, .., Σtokens
+        self._decode.observe(decode[2] / 1e6, int(decode[5]))
         if self._gauges is not None:
             self._gauges.update(self.stats())
 
@@ -424,7 +421,6 @@ class SchedulerExtension:
         return bool(self._jobs) or idle_wait.cache_moves_in_flight(self._cache)
 
     def stats(self) -> dict[str, Any]:
-        now = time.monotonic()
         controller = getattr(self._cache, "cache_controller", None)
         host_total = host_used = None
         if controller is not None:
@@ -435,8 +431,8 @@ class SchedulerExtension:
             "host_kv_tokens_total": host_total,
             "host_kv_tokens_used": host_used,
             "prefetches_in_flight": self._book.in_flight(),
-            "prefill_tokens_per_s": self._prefill.rate(now),
-            "decode_tokens_per_s": self._decode.rate(now),
+            "prefill_tokens_per_s": self._prefill.rate(self._prefill.clock),
+            "decode_tokens_per_s": self._decode.rate(self._decode.clock),
         }
 
 

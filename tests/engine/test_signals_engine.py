@@ -35,6 +35,7 @@ from gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from sessiongate.demo import WEATHER_TOOL
+from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 # Starting two workers alone took over 10 minutes on the shared 2-core machine under load: the default 600 s
@@ -45,8 +46,10 @@ ADMIN = {"authorization": "Bearer admin"}
 GREEDY = {"model": "tiny", "max_tokens": 8, "temperature": 0}
 SYSTEM = "You are a travel assistant. " + " ".join(f"Rule {i}: answer briefly, cite guide page {i}." for i in range(40))
 # Long generations that keep a worker busy: more of them than its KV budget admits at once, so its load report
-# shows requests running and queued. They end when the test closes their streams (SGLang aborts them).
-BUSY_STREAMS = 10
+# shows requests running and queued. They end when the test closes their streams (SGLang aborts them). The cost
+# model charges each queued request a typical prefill but not the wait for a free batch slot, so it takes a long
+# queue (16 here) before a worker's wait outweighs moving a session's KV off it.
+BUSY_STREAMS = 24
 BUSY_TOKENS = 1000
 
 
@@ -64,7 +67,7 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("signals-engine")
     pool = root / "pool"
-    first = WorkerConfig(state_dir=root / "w1", port=free_port(), pool_dir=pool)
+    first = WorkerConfig(state_dir=root / "w1", port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2))
     processes = [start_worker(first)]
     try:
         # The same model (the first worker made it before starting): KV keys, and so the shared pool, are per model.
@@ -73,6 +76,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], in
             port=free_port(),
             pool_dir=pool,
             model_path=first.state_dir / "models" / first.model_size,
+            cpu_threads=cores_per_worker(2),
         )
         processes.append(start_worker(second))
         for process in processes:  # both start side by side

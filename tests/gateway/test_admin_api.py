@@ -92,6 +92,15 @@ async def test_list_and_filter_sessions(gw: Gateway) -> None:
     assert bad.json()["error"]["param"] == "active_after"
 
 
+async def test_a_cold_first_turn_is_believed_in_the_pool_its_worker_writes_to(gw: Gateway) -> None:
+    # The turn has no hits, so the worker sends no cache report; its load report names the pool.
+    await asyncio.sleep(0.1)  # a load report from each worker
+    answer = await _turn(gw, "cold")
+    assert "cached_tokens_details" not in answer["usage"]["prompt_tokens_details"]
+    shown = (await gw.client.get("/v1/admin/sessions/cold", headers=ADMIN)).json()
+    assert shown["kv"]["pool"] == answer["usage"]["total_tokens"]
+
+
 async def test_show_session_with_turns_advisories_and_kv(gw: Gateway) -> None:
     first = await _turn(gw, "shown")
     await gw.client.post("/v1/sessions/shown/typing", json={"state": "started"}, headers=CLIENT)

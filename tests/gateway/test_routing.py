@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gateway.routing import (
@@ -99,6 +101,11 @@ def test_cost_model_formulas() -> None:
     # A worker with no report: the gateway's in-flight count and the default prefill rate.
     unreported = WorkerView(id="b", url="", in_flight=1)
     assert cost.score_s(1000, KVResidency(), unreported) == pytest.approx(0.5 + 1.0)
+    # A fixed cost per move, paid once per tier that has anything to bring (none for device hits or recompute).
+    slow_moves = dataclasses.replace(cost, host_to_device_latency_s=0.006, pool_to_device_latency_s=0.02)
+    assert slow_moves.score_s(1000, kv, worker) == pytest.approx(1.05 + 0.1 + 1.0 + 0.35 + 0.006 + 0.02)
+    assert slow_moves.score_s(100, kv, worker) == pytest.approx(1.05)
+    assert slow_moves.score_s(1000, KVResidency(), worker) == pytest.approx(1.05 + 0.5)
 
 
 def test_kv_aware_stays_with_the_kv_until_the_queue_costs_more() -> None:
@@ -197,3 +204,12 @@ def test_belief_without_a_pool_keeps_pool_empty() -> None:
     belief = KVBelief()
     belief.after_turn("s", "a", prompt_tokens=10, completion_tokens=5, details={"device": 0, "storage": 0}, now=0)
     assert belief.residency("s", now=0).pool == 0
+    belief.after_turn("t", "a", prompt_tokens=10, completion_tokens=5, details=None, now=0)
+    assert belief.residency("t", now=0).pool == 0
+
+
+def test_belief_of_a_cold_turn_on_a_worker_that_writes_to_the_pool() -> None:
+    # SGLang sends no cache report for a prompt without hits: only the worker's load report tells of its pool.
+    belief = KVBelief()
+    belief.after_turn("s", "a", prompt_tokens=90, completion_tokens=10, details=None, writes_to_pool=True, now=0)
+    assert belief.residency("s", now=0).pool == 100

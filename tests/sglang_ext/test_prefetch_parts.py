@@ -28,6 +28,23 @@ def test_rate_falls_to_zero_after_the_work_stops() -> None:
     assert meter.rate(20.0) == 0.0
 
 
+def test_a_meter_on_a_busy_clock_gives_the_speed_while_working_and_holds_it() -> None:
+    # The engine's prefill counters, sampled every 50 ms: 10 ms of prefill at 10,000 tokens/s twice a second.
+    meter = RateMeter(window_s=2.0)
+    busy_s, total = 0.0, 0
+    for sample in range(200):
+        if sample % 10 == 0:
+            busy_s, total = busy_s + 0.01, total + 100
+        meter.observe(busy_s, total)
+    assert meter.clock == pytest.approx(0.2)
+    assert meter.rate(meter.clock) == pytest.approx(10_000.0)  # on wall time it would read 200
+    samples = len(meter._samples)
+    for _ in range(100):  # a long idle spell: the rate holds and the meter keeps no new samples
+        meter.observe(busy_s, total)
+    assert meter.rate(meter.clock) == pytest.approx(10_000.0)
+    assert len(meter._samples) == samples
+
+
 def test_rate_needs_two_samples_and_survives_a_counter_reset() -> None:
     meter = RateMeter()
     assert meter.rate(0.0) == 0.0
