@@ -20,13 +20,17 @@ import anyio
 import httpx
 
 from benchmarks.metrics import RunSummary, summarize, write_records
+from benchmarks.workloads import SessionTrace
+from sglang_ext.tiny_model import SIZES
 
 from .driver import ReplayOptions, ReplayResult, replay
 from .runner import (
     LABEL,
     advisory_counts,
+    cluster_config,
     estimated_bytes,
     hint_model,
+    in_window,
     load_sessions,
     model_name,
     run_notes,
@@ -34,7 +38,7 @@ from .runner import (
     synthetic_text,
     work_dir,
 )
-from .systems import ADMIN_KEY, SYSTEMS, ClusterConfig, SystemSpec, start_front, start_workers
+from .systems import ADMIN_KEY, SYSTEMS, SystemSpec, start_front, start_workers, warm_up
 
 __all__ = ["BUSY_POLICIES", "run_busy_worker"]
 
@@ -68,9 +72,8 @@ async def _keep_busy(url: str, model: str, text: Any, done: list[int], streams: 
 
 
 async def _replay_with_busy_worker(
-    gateway_url: str, busy_url: str, spec: SystemSpec, load: int, args: argparse.Namespace, seed: int
+    gateway_url: str, busy_url: str, spec: SystemSpec, load: int, args: argparse.Namespace, sessions: list[SessionTrace]
 ) -> tuple[ReplayResult, int]:
-    sessions = load_sessions(args, args.sessions_per_slot * load, seed=seed)
     background_done = [0]
     async with httpx.AsyncClient(base_url=gateway_url, timeout=httpx.Timeout(600.0, connect=10.0)) as client:
         model = await model_name(client)
@@ -97,23 +100,20 @@ async def _replay_with_busy_worker(
 
 def run_busy_worker(args: argparse.Namespace, out: Path) -> int:
     load = max(int(x) for x in args.loads.split(","))
-    cluster = ClusterConfig(
-        state_dir=args.state_dir.resolve(),
-        model_size=args.model_size,
-        workers=args.workers,
-        max_total_tokens=args.max_total_tokens,
-    )
+    cluster = cluster_config(args)
     run_dir = work_dir(args, out)
     summaries: list[RunSummary] = []
     notes = [
         f"Busy-worker scenario: worker 1 of {args.workers} also serves {args.busy_streams} concurrent background "
         f"generations of {args.busy_output_tokens} tokens sent straight to it (not through the gateway), from 3 s "
         "before each replay to its end.",
-        "The same workers serve the three policies one after another (caches not cleared; the same sessions, with "
-        "text of their own per policy); only the gateway is restarted.",
+        "The same workers serve the three policies one after another (the same sessions, with text of their own "
+        "per policy; caches flushed after each policy's warm-up); only the gateway is restarted.",
         *run_notes(args)[:3],
         f"Command: sessiongate bench replay {' '.join(args.argv)}",
     ]
+    # The same sessions for every policy (their text differs).
+    sessions = load_sessions(args, args.sessions_per_slot * load, seed=args.seed * 1000 + load)
     workers = start_workers(SYSTEMS["kv_aware"], cluster, run_dir)
     try:
         busy_url = workers[0].url
@@ -121,6 +121,7 @@ def run_busy_worker(args: argparse.Namespace, out: Path) -> int:
             front = start_front(spec, cluster, [w.url for w in workers], run_dir)
             url: str = getattr(front, "url")  # noqa: B009
             try:
+                warm_up(url, [w.url for w in workers], SIZES[cluster.model_size].vocab_size)
                 stats_url = f"{url}/v1/admin/advisories/stats"
 
                 def stats(stats_url: str = stats_url) -> dict[str, Any]:
@@ -129,9 +130,8 @@ def run_busy_worker(args: argparse.Namespace, out: Path) -> int:
                     return result
 
                 before = advisory_counts(stats())
-                seed = args.seed * 1000 + load  # the same sessions for every policy (their text differs)
                 result, background = anyio.run(
-                    functools.partial(_replay_with_busy_worker, url, busy_url, spec, load, args, seed)
+                    functools.partial(_replay_with_busy_worker, url, busy_url, spec, load, args, sessions)
                 )
                 after = advisory_counts(stats())
             finally:
@@ -139,13 +139,14 @@ def run_busy_worker(args: argparse.Namespace, out: Path) -> int:
             advisories = {k: after[k] - before.get(k, 0) for k in after}
             if spec.hints:
                 advisories["hints sent"] = sum(result.hints_sent.values())
-            on_busy = sum(1 for r in result.records if r.worker == busy_url.split("//")[-1])
+            counted = in_window(result, sessions, args)
+            on_busy = sum(1 for r in counted if r.worker == busy_url.split("//")[-1])
             summary = summarize(
                 spec.name,
                 load,
                 "sessions",
-                result.records,
-                bytes_moved=estimated_bytes(result, args.model_size),
+                counted,
+                bytes_moved=estimated_bytes(counted, args.model_size),
                 advisories=advisories,
                 label=LABEL + ", one worker busy",
             )

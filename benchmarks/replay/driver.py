@@ -40,7 +40,7 @@ class ReplayOptions:
     concurrency: int | None = None
     time_scale: float = 1.0
     hints: HintModel | None = None
-    # No session starts after this many seconds of the run (the ones running finish).
+    # The measurement window: no turn is sent after this many seconds of the run (the turns in flight finish).
     max_duration_s: float | None = None
     model: str = "default"
     text: SyntheticText = field(default_factory=SyntheticText)
@@ -127,6 +127,8 @@ class _Run:
                     if open_loop and turn.at_s is not None:
                         due = max(turn.at_s * scale, previous_end)
                     await anyio.sleep_until(self.start + due)
+                    if self._past_deadline():
+                        break
                 messages.append({"role": "user", "content": self.options.text.message(turn.append_tokens, rng)})
                 record, answer = await self._turn(session.id, k, messages, turn.output_tokens)
                 self.result.records.append(record)
@@ -143,6 +145,8 @@ class _Run:
 
     async def _hint(self, hint: Hint, fire_at: float) -> None:
         await anyio.sleep_until(self.start + fire_at)
+        if self._past_deadline():
+            return  # no turn is sent after the window: its hint would be a false one
         if hint.kind == "typing":
             path, body = f"/v1/sessions/{hint.session_id}/typing", {"state": "started"}
         else:

@@ -25,8 +25,9 @@ from typing import Any
 import anyio
 import httpx
 
-from benchmarks.metrics import RunSummary, summarize, summary_from_dict, write_records
+from benchmarks.metrics import RunSummary, TurnRecord, summarize, summary_from_dict, write_records
 from benchmarks.report import write_report
+from benchmarks.sim.calibration import PROFILES_DIR, cpu_profile
 from benchmarks.workloads import (
     HintModel,
     SessionTrace,
@@ -35,12 +36,13 @@ from benchmarks.workloads import (
     scale_tokens,
     sharegpt_sessions,
 )
+from sglang_ext.hardware import cores_per_worker
 
 from .driver import ReplayOptions, ReplayResult, replay
 from .systems import SYSTEMS, ClusterConfig, kv_bytes_per_token, running_stack
 from .text import SyntheticText
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "cluster_config", "main"]
 
 LABEL = "real CPU"
 
@@ -50,8 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", choices=("sharegpt", "agent", "mooncake"), default="sharegpt")
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, run in this order")
     p.add_argument("--loads", default="2,4", help="concurrent sessions (closed loop), comma-separated")
-    p.add_argument("--sessions-per-slot", type=int, default=3, help="sessions drawn per unit of load")
-    p.add_argument("--duration-s", type=float, default=240.0, help="no session starts after this (per run)")
+    p.add_argument(
+        "--sessions-per-slot",
+        type=int,
+        default=10,
+        help="sessions drawn per unit of load: enough that no slot runs out before --duration-s",
+    )
+    p.add_argument(
+        "--duration-s",
+        type=float,
+        default=240.0,
+        help="the measurement window: turns sent after it are not counted, and no session starts after it",
+    )
     p.add_argument("--time-scale", type=float, default=0.25, help="multiplies think, tool and arrival times")
     p.add_argument("--think-time-s", type=float, default=20.0, help="ShareGPT: mean think time between turns")
     p.add_argument("--token-scale", type=float, default=0.5, help="multiplies every token count of the trace")
@@ -76,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--busy-worker", action="store_true", help="the busy-worker scenario (see busy.py)")
     p.add_argument("--busy-streams", type=int, default=2, help="busy worker: background generations at a time")
     p.add_argument("--busy-output-tokens", type=int, default=128, help="busy worker: tokens per generation")
+    p.add_argument(
+        "--cpu-profile",
+        default=None,
+        help="calibrate_cpu's profile of these workers, whose cost model kv_aware uses (as the simulator does); "
+        "default benchmarks/sim/profiles/cpu_<model-size>.json when it exists; 'none': the gateway's defaults",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rerender", action="store_true", help="only rewrite the report from <out>/summaries.json")
     p.add_argument("--note", action="append", default=[], help="with --rerender: a note to add to the report")
@@ -112,6 +130,24 @@ def load_sessions(args: argparse.Namespace, count: int, seed: int) -> list[Sessi
     return [s for s in capped if len(s.turns) >= args.min_turns][:count]
 
 
+def cpu_profile_path(args: argparse.Namespace) -> Path | None:
+    if args.cpu_profile is not None:
+        return None if args.cpu_profile.lower() == "none" else Path(args.cpu_profile)
+    default = PROFILES_DIR / f"cpu_{args.model_size}.json"
+    return default if default.is_file() else None
+
+
+def cluster_config(args: argparse.Namespace) -> ClusterConfig:
+    profile = cpu_profile_path(args)
+    return ClusterConfig(
+        state_dir=args.state_dir.resolve(),
+        model_size=args.model_size,
+        workers=args.workers,
+        max_total_tokens=args.max_total_tokens,
+        cost=cpu_profile(profile).cost_model() if profile is not None else None,
+    )
+
+
 def work_dir(args: argparse.Namespace, out: Path) -> Path:
     """Logs, pool directories and gateway databases: under the state dir, not next to the report."""
     state_dir: Path = args.state_dir
@@ -144,13 +180,26 @@ def advisory_counts(stats: dict[str, Any] | None) -> dict[str, int]:
     return counts
 
 
-def estimated_bytes(result: ReplayResult, model_size: str) -> dict[str, int]:
+def estimated_bytes(records: Sequence[TurnRecord], model_size: str) -> dict[str, int]:
     """KV bytes moved into the device, estimated as tokens found per tier times the model's KV bytes per token
     (the workers do not report bytes): a pool hit is read pool -> host -> device."""
     per_token = kv_bytes_per_token(model_size)
-    ok = [r for r in result.records if r.error is None]
+    ok = [r for r in records if r.error is None]
     pool = sum(r.cached_pool for r in ok)
     return {"pool->host": pool * per_token, "host->device": (sum(r.cached_host for r in ok) + pool) * per_token}
+
+
+def in_window(result: ReplayResult, sessions: Sequence[SessionTrace], args: argparse.Namespace) -> list[TurnRecord]:
+    """The turns sent within the measurement window, while the load was at its target (the driver sends none after
+    it; a turn in flight at the end finishes, in the records file). Warns when the slots ran out of sessions
+    before the end: the load then fell inside the window."""
+    if result.sessions_started >= len(sessions) and result.wall_s < args.duration_s:
+        print(
+            f"warning: {result.records[0].system if result.records else 'run'}: every drawn session ended before "
+            f"{args.duration_s:g} s; the load fell inside the window (raise --sessions-per-slot)",
+            flush=True,
+        )
+    return [r for r in result.records if r.sent_s < args.duration_s]
 
 
 async def replay_on(
@@ -192,16 +241,17 @@ def measure(
         advisories["hints sent"] = sum(result.hints_sent.values())
         advisories["hint errors"] = sum(result.hint_errors.values())
     write_records(out / "records" / f"{system.replace('+', '-')}-{load}.jsonl", result.records)
+    counted = in_window(result, sessions, args)
     summary = summarize(
         system,
         load,
         "sessions",
-        result.records,
-        bytes_moved=estimated_bytes(result, args.model_size),
+        counted,
+        bytes_moved=estimated_bytes(counted, args.model_size),
         advisories=advisories,
         label=LABEL,
     )
-    errors = [r.error for r in result.records if r.error]
+    errors = [r.error for r in counted if r.error]
     print(
         f"{system} @ {load}: {summary.requests} turns, {summary.errors} errors, TTFT mean "
         f"{summary.ttft.mean * 1000:.0f} ms p99 {summary.ttft.p99 * 1000:.0f} ms, recomputed "
@@ -217,6 +267,7 @@ def save(out: Path, title: str, summaries: list[RunSummary], notes: list[str], a
 
 
 def run_notes(args: argparse.Namespace) -> list[str]:
+    profile = cpu_profile_path(args)
     return [
         f"Real SGLang CPU workers ({args.workers} x {args.model_size} random-weight Llama, float32, device KV pool "
         f"{args.max_total_tokens} tokens each); {os.cpu_count()} CPU cores shared by the workers, the front and this "
@@ -226,12 +277,15 @@ def run_notes(args: argparse.Namespace) -> list[str]:
         + (f", a {args.system_tokens}-token system prompt before scaling" if args.workload == "sharegpt" else "")
         + f"), token counts x{args.token_scale}, answers capped at {args.max_output_tokens} tokens, context cut at "
         f"{args.max_context_tokens} tokens, trace times x{args.time_scale}; closed loop, {args.sessions_per_slot} "
-        f"sessions per unit of load, no session started after {args.duration_s:g} s.",
+        f"sessions per unit of load; the turns sent in the first {args.duration_s:g} s are counted, and no turn is "
+        "sent after it.",
         f"Hints (kv_aware+advisories only): lead {args.hint_lead_s:g} s (before time scaling), false "
         f"{args.false_hints:.0%}, missed {args.missed_hints:.0%}.",
-        "Workers restarted for every system (cold device, host and pool); loads run in increasing order on the same "
-        "workers, each with its own sessions.",
+        f"Workers ({cores_per_worker(args.workers)} CPU thread(s) each) restarted and warmed up for every system, then "
+        "flushed (cold device, host and pool); loads run in increasing order on the same workers, each with its own "
+        "sessions.",
         "Bytes moved are estimates (tokens found in host or pool x KV bytes per token), not measurements.",
+        f"kv_aware's cost model: {f'from {profile.name}, as the simulator' if profile else 'the gateway defaults'}.",
         f"Command: sessiongate bench replay {' '.join(args.argv)}",
     ]
 
@@ -273,12 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             summaries.append(measure(args.url, systems[0], load, args, out, hints=False))
             save(out, title, summaries, notes, args)
         return 0
-    cluster = ClusterConfig(
-        state_dir=args.state_dir.resolve(),
-        model_size=args.model_size,
-        workers=args.workers,
-        max_total_tokens=args.max_total_tokens,
-    )
+    cluster = cluster_config(args)
     for system in systems:
         spec = SYSTEMS[system]
         with running_stack(spec, cluster, work_dir(args, out)) as stack:

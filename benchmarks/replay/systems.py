@@ -9,12 +9,18 @@
 | kv_aware+advisories | device + host + shared file pool  | sessiongate, kv_aware                  | yes   |
 
 `running_stack` starts fresh workers (a new pool directory each time) so every system starts with cold caches,
-then the gateway (`sessiongate serve`) or the router as its own process, and stops them all on exit.
+then the gateway (`sessiongate serve`) or the router as its own process, warms them up (`warm_up`), and stops them
+all on exit. Workers that share the machine share its cores (`cores_per_worker`). The gateway's kv_aware runs
+with `ClusterConfig.cost`, the cost model an operator would configure for these workers (the simulator's, from
+the same CPU profile: `Calibration.cost_model()`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import dataclasses
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,11 +30,23 @@ from typing import Any
 import httpx
 
 from benchmarks.processes import GatewayServer, ManagedProcess, SglangRouterProcess, free_port, local_gateway_env
+from gateway.routing import CostModel
+from gateway.settings import ENV_PREFIX
+from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, start_worker
 from sglang_ext.tiny_model import SIZES
 from sglang_ext.worker_process import WorkerProcess
 
-__all__ = ["SYSTEMS", "ClusterConfig", "Stack", "SystemSpec", "kv_bytes_per_token", "running_stack"]
+__all__ = [
+    "SYSTEMS",
+    "ClusterConfig",
+    "Stack",
+    "SystemSpec",
+    "cost_model_env",
+    "kv_bytes_per_token",
+    "running_stack",
+    "warm_up",
+]
 
 ADMIN_KEY = "replay-bench-admin"
 
@@ -62,10 +80,14 @@ class ClusterConfig:
     workers: int = 2
     # Small on purpose: sessions must be evicted from the device between turns, as in production.
     max_total_tokens: int = 2048
-    page_size: int = 16
+    # The workers' default page. With 16-token pages a pool hit costs about what recomputing costs on these CPUs
+    # (58 us a token, per-page overhead); with 64, 22 us (benchmarks/sim/calibrate_cpu.py --page-size 16 / 64).
+    page_size: int = 64
     hicache_ratio: float = 4.0
     max_running_requests: int = 8
     worker_start_timeout_s: float = 600.0
+    # kv_aware's cost model; None: the gateway's defaults (GPU-sized rates) with the model's KV bytes per token.
+    cost: CostModel | None = None
 
 
 def kv_bytes_per_token(model_size: str) -> int:
@@ -107,6 +129,7 @@ def start_workers(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> li
                 model_size=cluster.model_size,  # type: ignore[arg-type]
                 port=port,
                 device="cpu",
+                cpu_threads=cores_per_worker(cluster.workers),
                 max_total_tokens=cluster.max_total_tokens,
                 page_size=cluster.page_size,
                 max_running_requests=cluster.max_running_requests,
@@ -137,7 +160,49 @@ def running_stack(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> It
             stop.callback(worker.stop)
         front = start_front(spec, cluster, [w.url for w in workers], run_dir)
         stop.callback(front.stop)
+        warm_up(_url(front), [w.url for w in workers], SIZES[cluster.model_size].vocab_size)
         yield Stack(spec, _url(front), workers, front)
+
+
+# Prompt lengths that reach every code path of a turn: one page, a typical prompt, and one past the chunked
+# prefill size (1,024), so its second chunk attends to a cached first one.
+_WARM_UP_PROMPTS = (16, 600, 1100)
+
+
+def warm_up(front_url: str, worker_urls: list[str], vocab_size: int) -> None:
+    """Take each worker's and the front's first-request costs out of the measurement, then empty the caches.
+
+    A fresh CPU worker's first requests take 0.4-0.8 s where later ones take 50 ms (torch and oneDNN set up their
+    kernels); unwarmed, they were the slowest turn of every system and set its p99 at light load. Random token
+    ids are sent straight to each worker, alone and four at once (streamed), and one chat turn through the front;
+    then `/flush_cache` drops what they left on the device and in host memory. Their pages written to the pool
+    stay there, under keys no session's text can produce.
+    """
+    rng = random.Random(0)
+
+    def tokens(length: int) -> list[int]:
+        return [rng.randrange(16, vocab_size) for _ in range(length)]
+
+    def generate(client: httpx.Client, length: int, *, stream: bool = False) -> None:
+        body = {
+            "input_ids": tokens(length),
+            "sampling_params": {"max_new_tokens": 8, "ignore_eos": True},
+            "stream": stream,
+        }
+        client.post("/generate", json=body).raise_for_status()
+
+    for url in worker_urls:
+        with httpx.Client(base_url=url, timeout=600) as client:
+            for length in _WARM_UP_PROMPTS:
+                generate(client, length)
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda _: generate(client, 200, stream=True), range(4)))
+    with httpx.Client(base_url=front_url, timeout=600) as client:
+        models = client.get("/v1/models").json().get("data") or [{"id": "default"}]
+        turn = {"model": models[0]["id"], "messages": [{"role": "user", "content": "warm up"}], "max_tokens": 4}
+        client.post("/v1/chat/completions", json={**turn, "stream": True}).raise_for_status()
+    for url in worker_urls:
+        httpx.post(f"{url}/flush_cache", params={"timeout": 60}, timeout=120).raise_for_status()
 
 
 def _url(front: ManagedProcess) -> str:
@@ -162,6 +227,7 @@ def start_front(spec: SystemSpec, cluster: ClusterConfig, worker_urls: list[str]
         "SESSIONGATE_ADMIN_KEY": ADMIN_KEY,
         # The cost model's KV size: the model's, not the 8B default.
         "SESSIONGATE_KV_BYTES_PER_TOKEN": str(kv_bytes_per_token(cluster.model_size)),
+        **(cost_model_env(cluster.cost) if cluster.cost is not None else {}),
         "SESSIONGATE_LOG_JSON": "false",
     }
     gateway = GatewayServer(log_dir, workers=worker_urls, env=env)
@@ -172,6 +238,11 @@ def start_front(spec: SystemSpec, cluster: ClusterConfig, worker_urls: list[str]
         gateway.stop()
         raise
     return gateway
+
+
+def cost_model_env(cost: CostModel) -> dict[str, str]:
+    """The gateway's settings for `cost` (each `CostModel` field is the setting of the same name)."""
+    return {f"{ENV_PREFIX}{f.name.upper()}": str(getattr(cost, f.name)) for f in dataclasses.fields(cost)}
 
 
 def _wait_all_routable(url: str, count: int, timeout_s: float = 60.0) -> None:

@@ -109,3 +109,63 @@ async def test_replay_through_the_gateway_extends_each_prompt(tmp_path: Path, op
     assert result.hints_sent == {"typing": 5, "tool": 1}
     assert not result.hint_errors
     assert stats["requests"] == 6
+
+
+async def test_no_turn_or_hint_is_sent_after_the_window(tmp_path: Path, open_gateway: Callable[..., Any]) -> None:
+    worker = FakeWorkerBehaviour()
+    settings = GatewaySettings(
+        workers=("http://worker-a:30000",),
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        allow_unauthenticated=True,
+        health_interval_s=0.05,
+    )
+    transport = httpx.ASGITransport(app=create_fake_worker(worker))
+    # Each session's second turn is due 0.2 s after its first, its hint 0.1 s before that: both after the 0.05 s window.
+    options = ReplayOptions(
+        system="kv_aware+advisories",
+        concurrency=3,
+        hints=HintModel(lead_s=0.1),
+        max_duration_s=0.05,
+        text=SyntheticText(message_overhead_tokens=1),
+        progress=False,
+    )
+    async with open_gateway(create_app(settings, worker_transport=transport)) as client:
+        result = await replay(client, _sessions(), options)
+    assert sorted((r.session_id, r.turn) for r in result.records) == [("s0", 0), ("s1", 0), ("s2", 0)]
+    assert not result.hints_sent
+    assert len(worker.requests) == 3
+
+
+def test_the_replay_configures_the_gateways_cost_model_as_the_simulators() -> None:
+    from benchmarks.replay.systems import cost_model_env
+    from benchmarks.sim.calibration import PROFILES_DIR, cpu_profile
+    from gateway.routing import KVAware
+    from gateway.wiring import build_policy
+
+    cost = cpu_profile(PROFILES_DIR / "cpu_tiny.json").cost_model()
+    settings = GatewaySettings.from_env({**cost_model_env(cost), "SESSIONGATE_ROUTING_POLICY": "kv_aware"})
+    policy = build_policy(settings)
+    assert isinstance(policy, KVAware)
+    assert policy.cost == cost
+
+
+def test_only_the_turns_sent_in_the_window_count(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from benchmarks.metrics import TurnRecord
+    from benchmarks.replay.driver import ReplayResult
+    from benchmarks.replay.runner import in_window
+
+    def sent_at(t: float) -> TurnRecord:
+        return TurnRecord("s", "a", 0, t, t + 0.1, t + 0.2, 10, 2, 0, 0, 0, "w", None)
+
+    sessions = _sessions()
+    records = [sent_at(t) for t in (0.0, 5.0, 9.9, 10.0, 12.0)]
+    window = argparse.Namespace(duration_s=10.0)
+    kept = ReplayResult(records=records, sessions_started=1, wall_s=12.5)
+    assert [r.sent_s for r in in_window(kept, sessions, window)] == [0.0, 5.0, 9.9]
+    assert "warning" not in capsys.readouterr().out
+    # Every drawn session started and the run ended inside the window: the load fell before its end.
+    drained = ReplayResult(records=records[:3], sessions_started=len(sessions), wall_s=9.95)
+    assert len(in_window(drained, sessions, window)) == 3
+    assert "raise --sessions-per-slot" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from benchmarks.replay.driver import ReplayOptions, replay
 from benchmarks.replay.systems import SYSTEMS, ClusterConfig, running_stack
 from benchmarks.replay.text import SyntheticText
 from benchmarks.workloads import HintModel, SessionTrace, Turn
+from sglang_ext.protocol import LOAD_PATH, LoadReport
 
 pytestmark = pytest.mark.engine
 
@@ -44,6 +45,10 @@ def test_replay_on_real_workers_reuses_the_cache(tmp_path: Path) -> None:
             return (await replay(client, sessions, options)).records
 
     with running_stack(spec, cluster, tmp_path / "run") as stack:
+        # The warm-up's requests are flushed: every system starts with nothing cached on device or host.
+        for url in stack.worker_urls:
+            load = LoadReport.model_validate(httpx.get(f"{url}{LOAD_PATH}", timeout=30).json())
+            assert (load.device_kv_tokens_used, load.host_kv_tokens_used) == (0, 0)
         records = anyio.run(run, stack.url, cluster.state_dir / "models" / "tiny" / "tokenizer.json")
         stats = stack.advisory_stats()
 
