@@ -9,8 +9,8 @@ plus one token per decoding sequence) takes
            + per_seq_s * decoding_sequences                  per-sequence overhead (sampling, bookkeeping)
 
 and KV moves take bytes / rate on two per-worker channels: pool -> host (the NIC) and host -> device (PCIe).
-`request_overhead_s` is added to every request's arrival (HTTP, tokenising, scheduling) so that simulated TTFTs
-compare with client-side measurements.
+`request_overhead_s` is added to every request's arrival (HTTP, the gateway, chat template and tokenising,
+scheduling, streaming the first chunk back) so that simulated TTFTs compare with client-side measurements.
 
 Two calibrations:
 
@@ -25,8 +25,10 @@ Two calibrations:
   128 KiB = 414k tokens; host tier 2x the device (SGLang's default `hicache_ratio`); pool 2M tokens (256 GiB)
   per worker, an assumption. Chunked prefill 4,096 tokens (the table's end), 128 running requests at most,
   sessions cut at Llama-3.1's 128k-token context window (one ShareGPT conversation has a 161k-token prompt).
-- `cpu_profile(path)`: our SGLang CPU workers, from a JSON profile written by `calibrate_cpu.py` on one real
-  worker; every number comes from that file (docs/simulator.md quotes the profile it used).
+- `cpu_profile(path)`: our SGLang CPU workers, from a JSON profile written by `calibrate_cpu.py` on real workers
+  started as the replay starts them; every number comes from that file (docs/simulator.md quotes the profile it
+  used). KV moves are what a request pays to find its prefix in host or pool, and the request overhead includes
+  the gateway in front.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import bisect
 import csv
 import json
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +44,10 @@ from typing import Any
 from benchmarks.workloads import traces_dir
 from gateway.routing import CostModel
 
-__all__ = ["Calibration", "cpu_profile", "h100_llama8b"]
+__all__ = ["PROFILES_DIR", "Calibration", "cpu_profile", "h100_llama8b"]
+
+# The committed CPU profiles, one per model size (`cpu_<size>.json`), written by calibrate_cpu.py.
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 H100_VIDUR_CSV = "calibration/h100_meta-llama_Llama-2-7b-hf_mlp.csv"
 _VIDUR_LAYER_OPS = (
@@ -88,6 +94,22 @@ class Calibration:
     pool_to_host_latency_s: float = 0.0  # fixed cost of one move on top of bytes / rate
     host_to_device_latency_s: float = 0.0
     max_context_tokens: int | None = None  # the model's context window: longer sessions are cut (workloads)
+    # Workers that share one machine's `cores` with the front (our CPU workers; None: GPUs, sharing nothing). A step
+    # takes the measured slowdown longer while every other worker computes too (in proportion when only some do),
+    # and longer again while the busy workers and the front's processes want more than the cores: the front spends
+    # `front_cpu_s_per_turn` + `front_cpu_s_per_token` per streamed token of CPU on them (engine/Machine).
+    cores: int | None = None
+    shared_prefill_slowdown: float = 1.0
+    shared_decode_slowdown: float = 1.0
+    front_cpu_s_per_turn: float = 0.0
+    front_cpu_s_per_token: float = 0.0
+    front_cpu_s_per_advisory: float = 0.0  # the gateway's advisor and the worker's HTTP process, per prefetch
+    # CPU workers: a KV copy runs on the worker's own core (SGLang's cache-controller thread beside the scheduler's),
+    # so its time also delays the worker's next step; on a GPU copies overlap the compute.
+    moves_on_compute: bool = False
+    # What a request that finds its prefix cached pays beyond its forward pass (prefix matching, the hit's
+    # bookkeeping), measured as device-hit TTFT minus the fitted prefill of its new tokens.
+    hit_overhead_s: float = 0.0
     source: str = ""
 
     def forward_s(self, tokens: int) -> float:
@@ -107,6 +129,10 @@ class Calibration:
             + self.kv_read_s_per_token * decode_kv_tokens
             + self.per_seq_s * decoding
         )
+
+    def prefill_after_s(self, new_tokens: int, cached_tokens: int) -> float:
+        """A prefill of `new_tokens` after `cached_tokens` already cached, alone on an idle worker."""
+        return self.step_s(new_tokens, new_tokens * (cached_tokens + new_tokens / 2), 0, 0)
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """One request's prefill alone on an idle worker, chunked as the engine chunks it."""
@@ -130,6 +156,8 @@ class Calibration:
             kv_bytes_per_token=self.kv_bytes_per_token,
             host_to_device_bytes_per_s=self.host_to_device_bytes_per_s,
             pool_to_device_bytes_per_s=pool_to_device,
+            host_to_device_latency_s=self.host_to_device_latency_s,
+            pool_to_device_latency_s=self.pool_to_host_latency_s + self.host_to_device_latency_s,
         )
 
     def with_capacity(self, *, device_kv_tokens: int | None = None, host_kv_tokens: int | None = None) -> Calibration:
@@ -196,11 +224,14 @@ def cpu_profile(path: Path) -> Calibration:
     )
     per_token = prefill["per_token_s"]
     base = decode["base_s"]
+    sharing: dict[str, Any] = profile.get("sharing") or {}  # None: one worker measured alone
+    front: dict[str, Any] = profile.get("front") or {}  # none in profiles measured without a front
     # The step's forward cost is linear in its tokens; a decoding sequence's cost beyond one token's forward
-    # (sampling, bookkeeping) is `per_seq_s`; what a lone prefill costs beyond one step is request overhead.
+    # (sampling, bookkeeping) is `per_seq_s`; what a lone prefill costs beyond one step is request overhead, and
+    # so is what the front adds to a turn (profiles measured without one have no "front").
     forward = ((1, base + per_token), (100_000, base + per_token * 100_000))
     device = int(worker["max_total_tokens"])
-    return Calibration(
+    cal = Calibration(
         name=f"cpu-{profile['model_size']}",
         label="simulated CPU",
         kv_bytes_per_token=int(moves["kv_bytes_per_token"]),
@@ -216,8 +247,23 @@ def cpu_profile(path: Path) -> Calibration:
         chunk_tokens=int(worker["chunked_prefill_size"]),
         max_running=int(worker["max_running_requests"]),
         page_tokens=int(worker["page_size"]),
-        request_overhead_s=max(prefill["a_s"] - base, 0.0),
+        request_overhead_s=max(prefill["a_s"] - base, 0.0) + float(front.get("overhead_s", 0.0)),
         pool_to_host_latency_s=float(moves["pool_to_host"]["latency_s"]),
         host_to_device_latency_s=float(moves["host_to_device"]["latency_s"]),
+        cores=int(profile["machine"]["cpus"]),
+        # Below 1 is noise: a worker does not get faster because another one computes beside it.
+        shared_prefill_slowdown=max(float(sharing.get("prefill_busy_over_alone", 1.0)), 1.0),
+        shared_decode_slowdown=max(float(sharing.get("decode_busy_over_alone", 1.0)), 1.0),
+        front_cpu_s_per_turn=float(front.get("cpu_s_per_turn", 0.0)),
+        front_cpu_s_per_token=float(front.get("cpu_s_per_output_token", 0.0)),
+        front_cpu_s_per_advisory=float(front.get("cpu_s_per_advisory", 0.0)),
+        moves_on_compute=True,
         source=f"{path.name}, measured {profile['measured_at']} on {profile['machine']['platform']}",
     )
+    # A device hit's TTFT beyond the fitted request overhead and prefill of its new tokens (profiles without
+    # device-hit timings have none).
+    over = [
+        ttft - cal.request_overhead_s - cal.prefill_after_s(new, cached)
+        for cached, new, ttft in moves.get("device_hit_s", [])
+    ]
+    return replace(cal, hit_overhead_s=max(statistics.median(over), 0.0)) if over else cal

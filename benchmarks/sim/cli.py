@@ -20,13 +20,13 @@ from pathlib import Path
 from benchmarks.metrics import read_records
 from benchmarks.workloads import HintModel
 
-from .calibration import Calibration, cpu_profile, h100_llama8b
+from .calibration import PROFILES_DIR, Calibration, cpu_profile, h100_llama8b
 from .cluster import SYSTEMS
 from .experiments import SWEEPS, hint_sweep, load_sweep, validate, validation_markdown
 
 __all__ = ["DEFAULT_CPU_PROFILE", "main"]
 
-DEFAULT_CPU_PROFILE = Path(__file__).resolve().parent / "profiles" / "cpu_tiny.json"
+DEFAULT_CPU_PROFILE = PROFILES_DIR / "cpu_tiny.json"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--missed-rate", type=float, default=0.0)
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default=None)
     parser.add_argument("--validate", type=Path, default=None, help="JSONL of TurnRecords from a real replay")
+    parser.add_argument(
+        "--validate-loop",
+        choices=("open", "closed"),
+        default="closed",
+        help="closed: the replay's closed loop (think times, session order); open: each turn at its recorded time",
+    )
     parser.add_argument("--slo-p99-ttft", type=float, default=None, help="seconds; adds sessions served at the SLO")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -86,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     if args.validate is not None:
         workers = args.workers[0] if args.workers else None
-        rows = validate(read_records(args.validate), cal, hints=hints, seed=args.seed, workers=workers)
+        records = read_records(args.validate)
+        rows = validate(records, cal, hints=hints, seed=args.seed, workers=workers, loop=args.validate_loop)
         text = validation_markdown(rows, cal, args.validate)
         print(text)
         if args.out is not None:

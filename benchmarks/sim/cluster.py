@@ -18,7 +18,7 @@ Nothing of the gateway's decision logic is re-implemented here. The wiring mirro
 
 Two idealisations, said once: load reports are fresh at every choice (the gateway's are up to 2 s old), and the
 workers' prefill/decode rates in `WorkerView` are left empty so `CostModel` uses the calibration's rates (the
-gateway reads a throughput meter there, which under light load reads low).
+gateway reads each worker's measured speeds while working, which vary with batch sizes and chunking).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from gateway.advisor.stats import AdvisoryStats
 from gateway.routing import CacheAware, KVBelief, Reservation, RouteRequest, RoutingPolicy, WorkerView, make_policy
 
 from .calibration import Calibration
-from .engine import EventLoop, Request, SharedPool, SimWorker
+from .engine import EventLoop, Machine, Request, SharedPool, SimWorker
 
 __all__ = ["SYSTEMS", "SimResult", "SystemSpec", "simulate"]
 
@@ -115,6 +115,8 @@ class _Cluster:
         self.loop = EventLoop()
         self.bytes_moved = {"pool->host": 0, "host->device": 0}
         self.pool = SharedPool(cal.pool_kv_tokens_per_worker * workers) if spec.pool else None
+        # The CPU replay's workers share one machine with the front; GPU workers share nothing.
+        self.machine = Machine(workers, cal.cores) if cal.cores is not None else None
         self.workers = [
             SimWorker(
                 f"w{i:02d}",
@@ -124,6 +126,7 @@ class _Cluster:
                 pool=self.pool,
                 on_done=self._turn_done,
                 bytes_moved=self.bytes_moved,
+                machine=self.machine,
             )
             for i in range(workers)
         ]
@@ -187,6 +190,10 @@ class _Cluster:
                 self.stats.claimed += 1
             elif k > 0:
                 self.stats.missed += 1
+        if self.machine is not None:
+            self.machine.charge_front(
+                now, self.cal.front_cpu_s_per_turn + turn.output_tokens * self.cal.front_cpu_s_per_token
+            )
         if self.cal.request_overhead_s > 0:
             self.loop.at(now + self.cal.request_overhead_s, worker.submit, request)
         else:
@@ -300,6 +307,8 @@ class _Cluster:
         if context == 0:
             advisory.ready_at = self.loop.now  # nothing to bring: the reservation alone
             return
+        if self.machine is not None:  # the gateway and the worker's HTTP process prepare the prefetch on these cores
+            self.machine.charge_front(self.loop.now, self.cal.front_cpu_s_per_advisory)
         result = self.by_id[advisory.worker_id].prefetch(advisory.session_id, advisory.target)
         advisory.tokens = context
 

@@ -21,6 +21,14 @@ The model, kept coarse on purpose so an hour of traffic on 16 workers simulates 
 - An advisory prefetch brings the session's KV from the pool to host and, when asked for the device, from host
   to device, using only device memory that no queued or running request will need (as `sglang_ext.kv_budget`:
   it never evicts). A request that finds its KV still on its way waits for it.
+- Workers that share a machine's cores with the front (`Machine`: our CPU workers) slow each other down: a step
+  started while k of the other n-1 workers are computing takes `1 + (slowdown - 1) * k / (n - 1)` times as long
+  (the calibration's measured prefill or decode slowdown), times `max(1, (k + 1 + front) / cores)`, where `front`
+  is the cores the front's processes used over the last second (each turn charges its CPU when it is sent).
+  The factor is fixed when the step starts. On CPU workers a KV copy also runs on the worker's core
+  (`Calibration.moves_on_compute`): made while a step runs, it delays the next step by its duration; made while
+  the core idles, it keeps the core busy until it is done. A request that finds cached tokens pays
+  `hit_overhead_s` before its prefill.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from gateway.routing import WorkerView
 
 from .calibration import Calibration
 
-__all__ = ["EventLoop", "PrefetchResult", "Request", "SharedPool", "SimWorker"]
+__all__ = ["EventLoop", "Machine", "PrefetchResult", "Request", "SharedPool", "SimWorker"]
 
 
 class EventLoop:
@@ -112,6 +120,33 @@ class SharedPool:
 
 
 @dataclass(slots=True)
+class Machine:
+    """The workers that share one machine's cores with the front, which of them compute now, and the front's
+    recent CPU."""
+
+    workers: int
+    cores: int
+    window_s: float = 1.0
+    busy: set[str] = field(default_factory=set)
+    _front: deque[tuple[float, float]] = field(default_factory=deque)
+    _front_cpu_s: float = 0.0
+
+    def charge_front(self, now: float, cpu_s: float) -> None:
+        self._front.append((now, cpu_s))
+        self._front_cpu_s += cpu_s
+
+    def front_cores(self, now: float) -> float:
+        while self._front and self._front[0][0] <= now - self.window_s:
+            self._front_cpu_s -= self._front.popleft()[1]
+        return max(self._front_cpu_s, 0.0) / self.window_s
+
+    def slowdown(self, worker_id: str, measured: float, now: float) -> float:
+        others = len(self.busy - {worker_id})
+        pair = 1.0 + (measured - 1.0) * others / (self.workers - 1) if self.workers > 1 else 1.0
+        return pair * max(1.0, (others + 1 + self.front_cores(now)) / self.cores)
+
+
+@dataclass(slots=True)
 class _Step:
     start: float
     per_step: float
@@ -158,8 +193,10 @@ class SimWorker:
         pool: SharedPool | None,
         on_done: Callable[[Request], None],
         bytes_moved: dict[str, int],
+        machine: Machine | None = None,
     ) -> None:
         self.id = worker_id
+        self.machine = machine
         self.cal = cal
         self.loop = loop
         self.pool = pool
@@ -175,6 +212,10 @@ class SimWorker:
         self.decode_kv = 0
         self.nic_free_at = 0.0
         self.pcie_free_at = 0.0
+        # `Calibration.moves_on_compute`: copies made while a step ran (the next step waits for them), and when the
+        # core is done with copies made while it idled.
+        self._compute_debt = 0.0
+        self._core_free_at = 0.0
         self._step: _Step | None = None
         self._generation = 0
         self._in_use: set[str] = set()
@@ -254,8 +295,8 @@ class SimWorker:
         copy_from = now
         if request.pool:
             start = max(now, self.nic_free_at)
-            self.nic_free_at = copy_from = (
-                start + cal.pool_to_host_latency_s + request.pool * bytes_per_token / cal.pool_to_host_bytes_per_s
+            self.nic_free_at = copy_from = start + self._copy_s(
+                cal.pool_to_host_latency_s, request.pool * bytes_per_token / cal.pool_to_host_bytes_per_s
             )
             self.bytes_moved["pool->host"] += request.pool * bytes_per_token
             if self.host is not None:
@@ -264,10 +305,15 @@ class SimWorker:
         if to_device:
             start = max(copy_from, self.pcie_free_at, host_ready)
             self.pcie_free_at = ready = max(
-                start + cal.host_to_device_latency_s + to_device * bytes_per_token / cal.host_to_device_bytes_per_s,
+                start
+                + self._copy_s(
+                    cal.host_to_device_latency_s, to_device * bytes_per_token / cal.host_to_device_bytes_per_s
+                ),
                 ready,
             )
             self.bytes_moved["host->device"] += to_device * bytes_per_token
+        if pool_total > 0:
+            ready = max(ready, now) + cal.hit_overhead_s
         if ready > now:
             self.loading += 1
             self.loop.at(ready, self._loaded, request)
@@ -287,7 +333,7 @@ class SimWorker:
             self._start_step()
         elif not step.prefill and step.steps > 1 and self.prefill:
             # New prefill work: end the merged decode steps at the next step boundary.
-            done = min(int((self.loop.now - step.start) / step.per_step) + 1, step.steps)
+            done = min(max(int((self.loop.now - step.start) / step.per_step) + 1, 1), step.steps)
             if done < step.steps:
                 step.steps = done
                 self._generation += 1
@@ -309,17 +355,41 @@ class SimWorker:
                 if budget == 0:
                     break
             per_step = cal.step_s(cal.chunk_tokens - budget + decoding, pairs, self.decode_kv, decoding)
+            per_step *= self._shared(cal.shared_prefill_slowdown)
             steps = 1
         elif decoding:
             steps = min(r.remaining for r in self.decoding)
             mean_kv = self.decode_kv + decoding * (steps - 1) / 2
-            per_step = cal.step_s(decoding, 0.0, round(mean_kv), decoding)
+            per_step = cal.step_s(decoding, 0.0, round(mean_kv), decoding) * self._shared(cal.shared_decode_slowdown)
         else:
             self._step = None
+            if self.machine is not None:
+                self.machine.busy.discard(self.id)
             return
         self._generation += 1
-        self._step = _Step(self.loop.now, per_step, steps, parts, self._generation)
-        self.loop.at(self.loop.now + steps * per_step, self._step_end, self._generation)
+        start = max(self.loop.now, self._core_free_at) + self._compute_debt
+        self._compute_debt = 0.0
+        self._step = _Step(start, per_step, steps, parts, self._generation)
+        self.loop.at(start + steps * per_step, self._step_end, self._generation)
+
+    def _copy_s(self, latency_s: float, transfer_s: float) -> float:
+        """A KV copy's duration. On CPU workers it runs on the worker's core: a step running meanwhile shares the
+        core with it (the next step starts that much later), an idle core is busy with it from now."""
+        seconds = latency_s + transfer_s
+        if self.cal.moves_on_compute:
+            if self._step is not None:
+                self._compute_debt += seconds
+            else:
+                self._core_free_at = max(self._core_free_at, self.loop.now) + seconds
+        return seconds
+
+    def _shared(self, measured: float) -> float:
+        """This step's slowdown from the machine's other busy workers; this worker counts as busy from now."""
+        if self.machine is None:
+            return 1.0
+        factor = self.machine.slowdown(self.id, measured, self.loop.now)
+        self.machine.busy.add(self.id)
+        return factor
 
     def _step_end(self, generation: int) -> None:
         step = self._step
@@ -386,10 +456,8 @@ class SimWorker:
         in_pool = self._pages(self.pool.get(session_id)) if self.pool is not None else 0
         if in_pool > max(in_host, device):
             start = max(now, self.nic_free_at)
-            self.nic_free_at = ready = (
-                start
-                + cal.pool_to_host_latency_s
-                + (in_pool - in_host) * bytes_per_token / cal.pool_to_host_bytes_per_s
+            self.nic_free_at = ready = start + self._copy_s(
+                cal.pool_to_host_latency_s, (in_pool - in_host) * bytes_per_token / cal.pool_to_host_bytes_per_s
             )
             loaded += (in_pool - in_host) * bytes_per_token
             self.bytes_moved["pool->host"] += (in_pool - in_host) * bytes_per_token
@@ -401,8 +469,8 @@ class SimWorker:
             extra = in_host - device
             if self._pages(self._device_free() - demand) >= extra:
                 start = max(ready, self.pcie_free_at)
-                self.pcie_free_at = ready = (
-                    start + cal.host_to_device_latency_s + extra * bytes_per_token / cal.host_to_device_bytes_per_s
+                self.pcie_free_at = ready = start + self._copy_s(
+                    cal.host_to_device_latency_s, extra * bytes_per_token / cal.host_to_device_bytes_per_s
                 )
                 loaded += extra * bytes_per_token
                 self.bytes_moved["host->device"] += extra * bytes_per_token

@@ -39,6 +39,7 @@ from .cluster import SYSTEMS, SimResult, simulate
 __all__ = [
     "SWEEPS",
     "Workload",
+    "closed_loop_sessions",
     "hint_sweep",
     "load_sweep",
     "run_one",
@@ -283,10 +284,38 @@ def sessions_from_records(records: Iterable[TurnRecord]) -> list[SessionTrace]:
     A turn's append is its prompt minus the previous prompt and answer (the chat template's tokens land there; a
     prompt that does not extend the previous one exactly is modelled as a one-token append).
     """
+    return [session for session, _ in _rebuilt(records, closed_loop=False)]
+
+
+def closed_loop_sessions(records: Iterable[TurnRecord]) -> tuple[list[SessionTrace], dict[str, tuple[str, float]]]:
+    """The sessions a closed-loop replay sent, as it sent them: each turn after its real think time (from the
+    previous answer's end, not at its send time), and each session after the one its slot ran before it.
+
+    Slots are not recorded; a session that started within 50 ms of another one's end is taken to follow it (the
+    latest such), the others start at their real start time. Returns the sessions and `simulate`'s `follow_ups`.
+    Simulated slower or faster than real, the next turns come later or sooner, as they would.
+    """
+    rebuilt = _rebuilt(records, closed_loop=True)
+    ends = sorted((turns[-1].done_s or turns[-1].sent_s, session.id) for session, turns in rebuilt)
+    follow_ups: dict[str, tuple[str, float]] = {}
+    for session, _ in rebuilt:
+        start = session.start_s
+        candidates = [
+            (end, sid) for end, sid in ends if abs(end - start) <= 0.05 and sid != session.id and sid not in follow_ups
+        ]
+        if candidates:
+            end, previous_id = max(candidates)
+            follow_ups[previous_id] = (session.id, max(start - end, 0.0))
+    return [session for session, _ in rebuilt], follow_ups
+
+
+def _rebuilt(records: Iterable[TurnRecord], *, closed_loop: bool) -> list[tuple[SessionTrace, list[TurnRecord]]]:
+    """Each session of `records` (in start order) with its turns; a turn's gap is its think time after the
+    previous answer (closed loop) or the time since the previous send, with its send time as `at_s` (open)."""
     by_session: dict[str, list[TurnRecord]] = {}
     for record in records:
         by_session.setdefault(record.session_id, []).append(record)
-    sessions = []
+    rebuilt = []
     for session_id, turns in by_session.items():
         turns.sort(key=lambda r: r.turn)
         built: list[Turn] = []
@@ -294,18 +323,35 @@ def sessions_from_records(records: Iterable[TurnRecord]) -> list[SessionTrace]:
         for k, record in enumerate(turns):
             append = record.prompt_tokens if k == 0 else max(record.prompt_tokens - context, 1)
             output = max(record.output_tokens, 1)
-            gap = 0.0 if k == 0 else record.sent_s - turns[k - 1].sent_s
-            built.append(Turn(append, output, gap, "first" if k == 0 else "user", record.sent_s))
+            previous = turns[k - 1] if k else None
+            if previous is None:
+                gap = 0.0
+            elif closed_loop:
+                gap = max(record.sent_s - (previous.done_s or previous.sent_s), 0.0)
+            else:
+                gap = record.sent_s - previous.sent_s
+            kind = "first" if k == 0 else "user"
+            built.append(Turn(append, output, gap, kind, None if closed_loop else record.sent_s))
             context += append + output
-        sessions.append(SessionTrace(session_id, "replay", turns[0].sent_s, tuple(built)))
-    sessions.sort(key=lambda s: (s.start_s, s.id))
-    return sessions
+        rebuilt.append((SessionTrace(session_id, "replay", turns[0].sent_s, tuple(built)), turns))
+    rebuilt.sort(key=lambda pair: (pair[0].start_s, pair[0].id))
+    return rebuilt
 
 
 def validate(
-    records: Sequence[TurnRecord], cal: Calibration, *, hints: HintModel, seed: int, workers: int | None = None
+    records: Sequence[TurnRecord],
+    cal: Calibration,
+    *,
+    hints: HintModel,
+    seed: int,
+    workers: int | None = None,
+    loop: str = "open",
 ) -> list[dict[str, Any]]:
-    """Per system in `records`: the measured and simulated TTFT statistics and the per-turn error."""
+    """Per system in `records`: the measured and simulated TTFT statistics and the per-turn error.
+
+    `loop="open"` sends every turn at its recorded time (`sessions_from_records`); near saturation a small error in
+    the simulated capacity then grows queues without bound (or empties them). `loop="closed"` keeps the replay's
+    closed loop (`closed_loop_sessions`): think times and session order, not send times."""
     by_system: dict[str, list[TurnRecord]] = {}
     for record in records:
         if record.error is None and record.first_token_s is not None:
@@ -316,7 +362,11 @@ def validate(
         if simulated_system not in SYSTEMS:
             continue
         count = workers or len({r.worker for r in real if r.worker}) or 1
-        result = simulate(simulated_system, sessions_from_records(real), cal, workers=count, hints=hints, seed=seed)
+        if loop == "closed":
+            sessions, follow_ups = closed_loop_sessions(real)
+        else:
+            sessions, follow_ups = sessions_from_records(real), {}
+        result = simulate(simulated_system, sessions, cal, workers=count, hints=hints, seed=seed, follow_ups=follow_ups)
         simulated = {(r.session_id, r.turn): r.ttft_s for r in result.records if r.ttft_s is not None}
         pairs = [(r.ttft_s, simulated[(r.session_id, r.turn)]) for r in real if (r.session_id, r.turn) in simulated]
         measured = [m for m, _ in pairs if m is not None]
@@ -325,6 +375,7 @@ def validate(
         rows.append(
             {
                 "system": system,
+                "loop": loop,
                 "workers": count,
                 "turns": len(errors),
                 "measured": _three(measured),
@@ -350,7 +401,8 @@ def _three(values: Sequence[float]) -> dict[str, float]:
 
 def validation_markdown(rows: Sequence[dict[str, Any]], cal: Calibration, source: Path) -> str:
     lines = [
-        f"## TTFT prediction error: {cal.label} ({cal.source}) against the real replay in `{source}`",
+        f"## TTFT prediction error: {cal.label} ({cal.source}) against the real replay in `{source}`, "
+        f"{rows[0]['loop'] if rows else 'open'} loop",
         "",
         "| system | workers | turns | measured mean / p50 / p99 ms | simulated mean / p50 / p99 ms "
         "| error of mean / p50 / p99 | per-turn abs error mean / p50 / p99 ms |",

@@ -13,7 +13,7 @@ import gateway.routing
 from benchmarks.metrics import TurnRecord, read_records, write_records
 from benchmarks.sim import SYSTEMS, Calibration, cpu_profile, main, simulate
 from benchmarks.sim.calibrate_cpu import fit_decode, fit_move, fit_prefill
-from benchmarks.sim.experiments import sessions_from_records, validate, workload
+from benchmarks.sim.experiments import closed_loop_sessions, sessions_from_records, validate, workload
 from benchmarks.workloads import HintModel, SessionTrace, Turn
 
 # forward(n) = 10 ms + 1 ms per token of the step; nothing else costs time except the copies.
@@ -61,6 +61,33 @@ def test_two_sessions_on_one_worker_by_hand() -> None:
     assert (a.cached_device, a.cached_host, a.cached_pool) == (0, 0, 0)
 
 
+def test_workers_sharing_a_machine_slow_each_other_by_hand() -> None:
+    # Two workers on one machine, a step 1.5x as long while the other computes. A and B (100 tokens, 1 output)
+    # at t=0 go to w00 and w01 (round robin): w00's step starts with w01 idle, 110 ms; w01's starts with w00
+    # busy, 165 ms. C at t=1 finds both idle again: 110 ms. Without the shared machine all three take 110 ms.
+    shared = dataclasses.replace(SIMPLE, cores=2, shared_prefill_slowdown=1.5, shared_decode_slowdown=1.5)
+    sessions = [_session(s, t, (100, 1, 0.0)) for s, t in (("A", 0.0), ("B", 0.0), ("C", 1.0))]
+    records = _by_session(simulate("recompute", sessions, shared, workers=2).records)
+    assert [records[(s, 0)].ttft_s for s in "ABC"] == pytest.approx([0.110, 0.165, 0.110])
+    alone = _by_session(simulate("recompute", sessions, SIMPLE, workers=2).records)
+    assert [alone[(s, 0)].ttft_s for s in "ABC"] == pytest.approx([0.110, 0.110, 0.110])
+    # One worker has nobody to share with.
+    single = _by_session(simulate("recompute", sessions[:1], shared, workers=1).records)
+    assert single[("A", 0)].ttft_s == pytest.approx(0.110)
+
+
+def test_the_fronts_cpu_slows_workers_that_have_no_core_to_spare_by_hand() -> None:
+    # One worker on one core; each turn costs the front 0.5 s of CPU, charged when sent, over a 1 s window: the
+    # worker and the front want 1.5 cores of 1, so A's 110 ms step takes 165 ms. B at t=5 finds A's charge gone
+    # and brings its own. With 2 cores there is room for both, and nothing slows.
+    one_core = dataclasses.replace(SIMPLE, cores=1, front_cpu_s_per_turn=0.5)
+    sessions = [_session("A", 0.0, (100, 1, 0.0)), _session("B", 5.0, (100, 1, 0.0))]
+    records = _by_session(simulate("recompute", sessions, one_core, workers=1).records)
+    assert [records[(s, 0)].ttft_s for s in "AB"] == pytest.approx([0.165, 0.165])
+    two_cores = _by_session(simulate("recompute", sessions, dataclasses.replace(one_core, cores=2), workers=1).records)
+    assert [two_cores[(s, 0)].ttft_s for s in "AB"] == pytest.approx([0.110, 0.110])
+
+
 def test_device_hit_in_whole_pages_by_hand() -> None:
     # Turn 0: 100 tokens, 1 output: first (and last) token at 0.110. Turn 1 sent 1 s later with 100 + 1 + 50 = 151
     # tokens; the device holds 101, i.e. 96 in 16-token pages, so 55 are computed: 10 + 55 ms.
@@ -86,6 +113,25 @@ def test_host_hit_after_eviction_by_hand() -> None:
     assert (second.cached_device, second.cached_host, second.recomputed_tokens) == (0, 101, 50)
     assert second.ttft_s == pytest.approx(0.161)
     assert result.bytes_moved["host->device"] == 101 * 1000
+
+
+def test_copies_on_the_workers_core_by_hand() -> None:
+    # As the host-hit case, with copies on the worker's core (CPU) and 5 ms of hit overhead. The core idles when
+    # X's copy starts: it is busy with it for 0.101 s, once; then the hit's 5 ms, then 50 tokens: 0.166.
+    cal = dataclasses.replace(SIMPLE, device_kv_tokens=300, moves_on_compute=True, hit_overhead_s=0.005)
+    sessions = [_session("X", 0.0, (100, 1, 0.0), (50, 1, 0.89)), _session("Y", 0.5, (250, 1, 0.0))]
+    assert _by_session(simulate("sticky", sessions, cal, workers=1).records)[("X", 1)].ttft_s == pytest.approx(0.166)
+    # Now Z decodes 200 tokens when X's copy is made (a 500-token device: Y's 400 tokens still evict X's copy,
+    # and Z and X then fit side by side): the core shares the copy's 0.101 s between them. X waits for its copy
+    # and for the core time the copy took from Z's step; Z ends 0.101 s later than with copies off the core.
+    roomy = dataclasses.replace(cal, device_kv_tokens=500)
+    busy = [_session("X", 0.0, (100, 1, 0.0), (50, 1, 0.89)), _session("Y", 0.5, (400, 1, 0.0))]
+    busy.append(_session("Z", 0.95, (10, 200, 0.0)))
+    on = _by_session(simulate("sticky", busy, roomy, workers=1).records)
+    off = _by_session(simulate("sticky", busy, dataclasses.replace(roomy, moves_on_compute=False), workers=1).records)
+    assert on[("X", 1)].cached_host == off[("X", 1)].cached_host == 101
+    assert (on[("Z", 0)].done_s or 0) - (off[("Z", 0)].done_s or 0) == pytest.approx(0.101, abs=0.011)
+    assert (on[("X", 1)].ttft_s or 0) - (off[("X", 1)].ttft_s or 0) == pytest.approx(0.101, abs=0.011)
 
 
 def test_recompute_has_no_host_tier() -> None:
@@ -176,6 +222,18 @@ def test_validation_of_the_simulator_against_itself_is_exact() -> None:
     assert row["abs_error_s"]["p99"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_closed_loop_validation_recovers_the_slots_and_is_exact_against_itself() -> None:
+    work = workload("sharegpt", 4, seed=3, sessions_per_user=3, think_time_s=1.0)
+    chained = {sid: (nxt, 0.0) for sid, (nxt, _) in work.follow_ups.items()}  # a replay slot starts the next at once
+    real = simulate("kv_aware", work.sessions, SIMPLE, workers=2, follow_ups=chained).records
+    sessions, follow_ups = closed_loop_sessions(real)
+    assert {sid: nxt for sid, (nxt, _) in follow_ups.items()} == {sid: nxt for sid, (nxt, _) in chained.items()}
+    assert sum(len(s.turns) for s in sessions) == len(real)
+    (row,) = validate(real, SIMPLE, hints=HintModel(), seed=0, loop="closed")
+    assert (row["loop"], row["turns"]) == ("closed", len(real))
+    assert row["abs_error_s"]["p99"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_calibration_fits_recover_known_coefficients() -> None:
     prefill = fit_prefill([(n, 0.2 + 1e-4 * n + 1e-7 * n * n) for n in (16, 128, 512, 1024, 1536)])
     assert prefill == pytest.approx({"a_s": 0.2, "per_token_s": 1e-4, "per_token_sq_s": 1e-7}, rel=1e-6)
@@ -253,6 +311,13 @@ def test_cpu_profile_reproduces_the_measured_prefill(tmp_path: Path) -> None:
     assert cal.request_overhead_s + cal.prefill_s(1500) == pytest.approx(0.3 + 0.15 + 0.225 + 0.05)
     # One decode step of B sequences reading K tokens of KV: base + per_seq*B + per_kv*K.
     assert cal.step_s(4, 0, 400, 4) == pytest.approx(0.05 + 0.01 * 4 + 1e-6 * 400)
+    # What the gateway adds to a turn is request overhead too; kv_aware's cost model gets the moves' latencies.
+    profile = json.loads((tmp_path / "cpu.json").read_text())
+    with_front = tmp_path / "front.json"
+    with_front.write_text(json.dumps({**profile, "front": {"overhead_s": 0.04}}))
+    assert cpu_profile(with_front).request_overhead_s == pytest.approx(cal.request_overhead_s + 0.04)
+    cost = cal.cost_model()
+    assert (cost.host_to_device_latency_s, cost.pool_to_device_latency_s) == pytest.approx((0.01, 0.03))
 
 
 def test_cli_validates_against_replay_records(tmp_path: Path) -> None:
