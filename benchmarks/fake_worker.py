@@ -181,7 +181,7 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
             "prompt_tokens_details": {"cached_tokens": cached},
         }
         # As SGLang: no cache report at all for a prompt without hits.
-        details = {**hit, "storage_backend": "file"} if cached else None
+        details: dict[str, Any] | None = {**hit, "storage_backend": "file"} if cached else None
         rid = f"chatcmpl-{len(b.requests)}"
         if not body.get("stream"):
             if b.token_delay_s:
@@ -332,7 +332,7 @@ async def _stream(
     words: list[str],
     call: dict[str, Any] | None,
     usage: dict[str, Any],
-    details: dict[str, Any],
+    details: dict[str, Any] | None,
 ) -> AsyncIterator[bytes]:
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
         chunk = {
