@@ -126,11 +126,12 @@ def turn_record(row: models.Turn | Row[Any], tool_calls: Iterable[models.ToolCal
     )
 
 
-def pending_turn_record(values: Mapping[str, Any]) -> TurnRecord:
+def pending_turn_record(values: Mapping[str, Any], *, session_priority: int = 0) -> TurnRecord:
     """The record of a turn just inserted with `values` (id, session_id, seq, status, input_messages,
     context_reset, request, received_at); everything else is still unset."""
     return TurnRecord(
         **values,
+        session_priority=session_priority,
         output_message=None,
         finish_reason=None,
         model=None,

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from sqlalchemy import String, bindparam, func, insert, select, update
 from sqlalchemy.sql.dml import Insert
 
+from ._raw import register
 from ._sql import insert_on_conflict, later
 from .models import Advisory, NullableJSON, Session, Tenant, ToolCall, Turn, UTCDateTime
 
@@ -56,7 +57,7 @@ CLAIM_SEQ = (
         Session.state == "active",
     )
     .values({Session.turn_count: Session.turn_count + 1, Session.last_active_at: later(Session.last_active_at, _AT)})
-    .returning(Session.turn_count, Session.context_digest, Session.context_length)
+    .returning(Session.turn_count, Session.context_digest, Session.context_length, Session.priority)
 )
 SESSION_OWNER = select(Session.tenant_id, Session.state).where(Session.id == bindparam("p_session"))
 SESSION_OWNERS = select(Session.id, Session.tenant_id).where(Session.id.in_(bindparam("p_sessions", expanding=True)))
@@ -176,4 +177,24 @@ class Inserts:
 
 INSERTS: Mapping[str, Inserts] = MappingProxyType(
     {backend: Inserts.build(backend) for backend in ("sqlite", "postgresql")}
+)
+
+
+# The per-turn statements also run on the raw sqlite3 path of the group commit (`_raw`).
+for _statement in (CLAIM_SEQ, MARK_DISPATCHED, COMPLETE_TURN, FAIL_TURN, TOUCH_SESSION, SET_CONTEXT):
+    register(_statement)
+register(
+    INSERT_TURN,
+    column_keys=(
+        "id",
+        "session_id",
+        "seq",
+        "status",
+        "input_messages",
+        "context_reset",
+        "request",
+        "received_at",
+        "gateway_instance",
+        "gateway_run",
+    ),
 )

@@ -140,6 +140,9 @@ class TurnRecord:
     cached_host: int | None
     cached_storage: int | None
     tool_calls: tuple[ToolCallRecord, ...]
+    # The session's priority as the turn began (read in the same statement that claimed its seq): what the
+    # gateway sends the worker as the request's `priority`. 0 on records read back later.
+    session_priority: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

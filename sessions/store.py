@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import anyio
 from sqlalchemy import ColumnElement, Connection, Select, and_, delete, or_, select, text, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
@@ -36,6 +35,7 @@ from .errors import (
     StoreUnavailable,
     is_unavailable,
 )
+from .group_commit import GroupCommitter
 from .models import Advisory, Session, Tenant, ToolCall, Worker
 from .protocol import SessionStore
 from .records import (
@@ -74,7 +74,12 @@ class SqlSessionStore:
         # Other processes writing the same file still meet the busy timeout. PostgreSQL needs none of this.
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self._backend == "sqlite" else None
         self._sqlite_file = sqlite_file_engine(engine)
-        self._sqlite_thread = anyio.CapacityLimiter(1)
+        # On an SQLite file the per-request writes queued meanwhile share one transaction (sessions/group_commit.py).
+        self._group_commit = (
+            None
+            if self._sqlite_file is None
+            else GroupCommitter(self._sqlite_file, guard=lambda: self._writer_turn(True), translate=_store_error)
+        )
 
     @classmethod
     def from_url(cls, url: str | URL) -> SqlSessionStore:
@@ -88,12 +93,11 @@ class SqlSessionStore:
     async def _store_errors(self) -> AsyncIterator[None]:
         try:
             yield
-        except StoreError:
-            raise
         except Exception as exc:
-            if is_unavailable(exc):
-                raise StoreUnavailable(f"session store unavailable: {type(exc).__name__}: {exc}") from exc
-            raise
+            translated = _store_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
 
     @asynccontextmanager
     async def _writer_turn(self, write: bool) -> AsyncIterator[None]:
@@ -114,22 +118,18 @@ class SqlSessionStore:
             yield conn
 
     async def _per_request(self, work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """`work(conn, ...)` in one transaction, as one step: a worker thread on an SQLite file, `run_sync` on
-        PostgreSQL (asyncpg has no thread hops to save). For the per-request writes (`turns`, `advisories`).
+        """`work(conn, ...)` committed as a whole before this returns, as one step for the event loop. For the
+        per-request writes (`turns`, `advisories`).
 
-        The transaction commits or rolls back as a whole; on SQLite a caller cancelled meanwhile waits for its end.
+        On an SQLite file it joins a group commit: the writes queued while the file is busy run on a worker
+        thread in one transaction, each in its own savepoint (its error rolls back only its writes), with one
+        commit; a caller cancelled meanwhile waits for its end. On PostgreSQL `run_sync` runs it in a transaction
+        of its own (asyncpg has no thread hops to save, and the server takes concurrent writers).
         """
-        if self._sqlite_file is None:
+        if self._group_commit is None:
             async with self._connection() as conn:
                 return await conn.run_sync(work, *args, **kwargs)
-        engine = self._sqlite_file
-
-        def transaction() -> T:
-            with engine.begin() as conn:
-                return work(conn, *args, **kwargs)
-
-        async with self._store_errors(), self._writer_turn(True):
-            return await anyio.to_thread.run_sync(transaction, limiter=self._sqlite_thread)
+        return await self._group_commit.run(lambda conn: work(conn, *args, **kwargs))
 
     async def _insert_session(
         self, db: AsyncSession, session_id: str, tenant_id: str, priority: int, metadata: Mapping[str, Any]
@@ -657,3 +657,13 @@ async def _newest_first(
         stmt = stmt.where(or_(column < cursor, and_(column == cursor, Session.id > after)))
     rows = (await db.scalars(stmt.order_by(column.desc(), Session.id).limit(limit + 1))).all()
     return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
+
+
+def _store_error(exc: BaseException) -> BaseException:
+    """The store's own error for a database failure (`StoreUnavailable` when it cannot be reached or is busy);
+    any other exception as it is."""
+    if isinstance(exc, Exception) and not isinstance(exc, StoreError) and is_unavailable(exc):
+        translated = StoreUnavailable(f"session store unavailable: {type(exc).__name__}: {exc}")
+        translated.__cause__ = exc
+        return translated
+    return exc

@@ -28,6 +28,7 @@ from sqlalchemy.orm import selectinload
 from sqlalchemy.sql.dml import Update
 
 from . import _convert as cv
+from . import _raw as raw
 from . import _statements as sql
 from . import history
 from ._sql import session_values, tenant_values
@@ -96,7 +97,7 @@ def begin_turn(
         context = _create_for_turn(conn, session_id, tenant_id, received_at, clock())
     if context is None:
         _raise_not_active(conn, session_id, tenant_id, create_session=create_session)
-    seq, digest, length = context
+    seq, digest, length, priority = context
 
     delta = history.split_delta_by_digest(digest, length, messages)
     values = {
@@ -109,27 +110,33 @@ def begin_turn(
         "request": dict(request),
         "received_at": received_at,
     }
-    conn.execute(sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
+    raw.execute(conn, sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
     _return_tool_calls(conn, session_id, delta.input_messages, received_at)
-    return cv.pending_turn_record(values)
+    return cv.pending_turn_record(values, session_priority=priority)
 
 
-def _claim_seq(conn: Connection, session_id: str, tenant_id: str, received_at: datetime) -> tuple[int, str, int] | None:
-    """The next seq and the context (digest, length) of an active session of this tenant; None if there is none."""
+def _claim_seq(
+    conn: Connection, session_id: str, tenant_id: str, received_at: datetime
+) -> tuple[int, str, int, int] | None:
+    """The next seq, the context (digest, length) and the priority of an active session of this tenant; None if
+    there is none."""
     params = {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at}
-    row = conn.execute(sql.CLAIM_SEQ, params).first()
-    return None if row is None else (row.turn_count, row.context_digest, row.context_length)
+    rows = raw.execute(conn, sql.CLAIM_SEQ, params)
+    if not rows:
+        return None
+    row = rows[0]
+    return row.turn_count, row.context_digest, row.context_length, row.priority
 
 
 def _create_for_turn(
     conn: Connection, session_id: str, tenant_id: str, received_at: datetime, now: datetime
-) -> tuple[int, str, int] | None:
+) -> tuple[int, str, int, int] | None:
     """Create the session with this turn as its first; if another request created it meanwhile, join that one."""
     inserts = sql.INSERTS[conn.dialect.name]
     conn.execute(inserts.tenant, tenant_values(tenant_id, now))
     values = session_values(session_id, tenant_id, now=now, turn_count=1, last_active_at=max(now, received_at))
     if conn.scalar(inserts.session, values) is not None:
-        return 1, history.EMPTY_DIGEST, 0
+        return 1, history.EMPTY_DIGEST, 0, values["priority"]
     # The other request's transaction has committed by now (ON CONFLICT waited for it): its row is visible.
     return _claim_seq(conn, session_id, tenant_id, received_at)
 
@@ -168,11 +175,11 @@ def _return_tool_calls(
         )
 
 
-def _end_pending(conn: Connection, statement: Update, params: dict[str, Any]) -> Row[Any]:
-    row = conn.execute(statement, params).first()
-    if row is None:
+def _end_pending(conn: Connection, statement: Update, params: dict[str, Any]) -> Any:
+    rows = raw.execute(conn, statement, params)
+    if not rows:
         _raise_not_pending(conn, params["p_turn"])
-    return row
+    return rows[0]
 
 
 def _raise_not_pending(conn: Connection, turn_id: str) -> NoReturn:
@@ -182,14 +189,15 @@ def _raise_not_pending(conn: Connection, turn_id: str) -> NoReturn:
     raise InvalidTransition(f"turn {turn_id!r} is {status}, not pending")
 
 
-def _touch_session(conn: Connection, session_id: str, at: datetime) -> Row[str, int, int]:
+def _touch_session(conn: Connection, session_id: str, at: datetime) -> Any:
     """Move last_active_at (never back) and return the context, holding the session's row lock from now on."""
-    return conn.execute(sql.TOUCH_SESSION, {"p_session": session_id, "p_at": at}).one()
+    (row,) = raw.execute(conn, sql.TOUCH_SESSION, {"p_session": session_id, "p_at": at})
+    return row
 
 
 def mark_dispatched(conn: Connection, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
     params = {"p_turn": turn_id, "p_worker": worker, "p_dispatched_at": dispatched_at}
-    if conn.scalar(sql.MARK_DISPATCHED, params) is None:
+    if not raw.execute(conn, sql.MARK_DISPATCHED, params):
         _raise_not_pending(conn, turn_id)
 
 
@@ -251,7 +259,7 @@ def _fold_into_context(conn: Connection, turn: Row[Any], session: Row[str, int, 
         messages = history.context_messages(conn.execute(context_turns_statement(turn.session_id)).all())
         digest, length, seq = history.context_digest(messages), len(messages), session.context_seq
     params = {"p_session": turn.session_id, "p_digest": digest, "p_length": length, "p_seq": seq}
-    conn.execute(sql.SET_CONTEXT, params)
+    raw.execute(conn, sql.SET_CONTEXT, params)
 
 
 def _record_requested_calls(conn: Connection, turn: Row[Any], ended_at: datetime) -> list[Row[Any]]:

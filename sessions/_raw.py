@@ -1,0 +1,95 @@
+"""The hottest per-request statements on a plain `sqlite3` connection, compiled once by SQLAlchemy.
+
+On the group commit's SQLite connection SQLAlchemy's execution machinery (execution context, parameter and result
+processing, result objects) cost several times what SQLite itself spends on these small statements, and they run
+for every turn. `execute(conn, statement, params)` runs a statement registered here straight on the driver: the
+SQL, the bind processors (datetimes, JSON) and the result processors are SQLAlchemy's own, taken from one
+compilation, so rows come back as the same Python values. Any other connection (PostgreSQL, aiosqlite's
+in-memory database) or statement takes SQLAlchemy's path. The tests of `turns` run both paths (SQLite and
+PostgreSQL) against the same expectations.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+from sqlalchemy import Connection
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from .database import json_dumps, json_loads
+
+__all__ = ["RawStatement", "execute", "register"]
+
+_DIALECT = SQLiteDialect_pysqlite(paramstyle="named", json_serializer=json_dumps, json_deserializer=json_loads)
+
+
+class RawStatement:
+    """One statement as SQLite SQL with named parameters, its binds' processors and a row type for its results."""
+
+    def __init__(self, statement: Executable, column_keys: Sequence[str] | None = None) -> None:
+        clause = cast(ClauseElement, statement)
+        keys = list(column_keys) if column_keys else None
+        compiled = cast(SQLCompiler, clause.compile(dialect=_DIALECT, column_keys=keys))
+        self.sql = compiled.string
+        # Literal values in the statement (e.g. `status = 'ok'`) are binds with their value already set; the others
+        # must come with each call.
+        self._defaults: dict[str, Any] = {
+            name: bind.effective_value for bind, name in compiled.bind_names.items() if not bind.required
+        }
+        processors = compiled._bind_processors
+        binds: list[tuple[str, Callable[[Any], Any] | None]] = []
+        for name in dict.fromkeys(compiled.bind_names.values()):
+            process = processors.get(name)
+            if process is not None and not callable(process):  # a tuple bind's processors: not a plain statement
+                raise ValueError(f"the raw path takes plain binds only, not {name!r}")
+            binds.append((name, process))
+        self._binds = tuple(binds)
+        columns = compiled._result_columns or []
+        self._row = namedtuple("_Row", [entry.keyname for entry in columns]) if columns else None
+        self._results: tuple[Callable[[Any], Any] | None, ...] = tuple(
+            entry.type._cached_result_processor(_DIALECT, None) for entry in columns
+        )
+
+    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        bound = {}
+        for name, process in self._binds:
+            value = params[name] if name in params else self._defaults[name]
+            bound[name] = process(value) if process is not None else value
+        return bound
+
+    def run(self, dbapi: sqlite3.Connection, params: Mapping[str, Any]) -> list[Any]:
+        cursor = dbapi.execute(self.sql, self.bind(params))
+        try:
+            if self._row is None:
+                return []
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+        row_type, results = self._row, self._results
+        return [row_type(*(v if p is None else p(v) for p, v in zip(results, row, strict=True))) for row in rows]
+
+
+_REGISTERED: dict[int, RawStatement] = {}
+
+
+def register(statement: Executable, column_keys: Sequence[str] | None = None) -> Executable:
+    """Compile `statement` for the raw path; returns it, so that a module can register as it defines."""
+    _REGISTERED[id(statement)] = RawStatement(statement, column_keys)
+    return statement
+
+
+def execute(conn: Connection, statement: Executable, params: Mapping[str, Any]) -> list[Any]:
+    """The statement's rows (none for a statement that returns none), on the raw path where it applies."""
+    raw = _REGISTERED.get(id(statement))
+    if raw is not None:
+        dbapi = conn.connection.dbapi_connection
+        if isinstance(dbapi, sqlite3.Connection):
+            return raw.run(dbapi, params)
+    result = conn.execute(statement, params)
+    return list(result.all()) if result.returns_rows else []

@@ -1,0 +1,159 @@
+"""Group commit: the per-request transactions waiting for the SQLite file run together, in one transaction.
+
+SQLite admits one writer at a time, so concurrent turns queue for the file anyway. Instead of one transaction,
+one commit and one thread hop per turn, `GroupCommitter` takes every job queued by the time the file is free,
+runs each in a SAVEPOINT of one transaction on a worker thread, commits once, and hands each caller its own
+result or error. The per-turn cost then falls as concurrency rises, and the rule "a turn is committed before a
+worker sees it" still holds: a caller's call returns only after the commit that holds its job.
+
+A job that raises rolls back to its savepoint (its own writes only) and its caller gets the error; the others
+commit. A commit that fails fails every job of the batch. A caller cancelled while its job is queued or running
+still waits for the job's end (it may have committed), as a caller of a plain transaction would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import anyio
+from sqlalchemy import Connection, Engine
+
+__all__ = ["GroupCommitter"]
+
+T = TypeVar("T")
+
+# A batch larger than this waits for the next one: it bounds how long the first job of a batch waits for the last.
+MAX_BATCH = 64
+
+
+@dataclass
+class _Job(Generic[T]):
+    work: Callable[[Connection], T]
+    future: asyncio.Future[T] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    outcome: tuple[bool, Any] | None = None  # (ok, result or exception), set on the worker thread
+
+
+class GroupCommitter:
+    """Runs `work(conn)` jobs in shared transactions on `engine`, one batch at a time.
+
+    `guard` is entered around each batch (the store's writer lock, which its other SQLite writers also take).
+    `translate` turns a database exception into the store's own (e.g. `StoreUnavailable`) and returns any other
+    exception as it is; it runs on the event loop, for a job's error and for a batch that failed as a whole.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        guard: Callable[[], AbstractAsyncContextManager[None]],
+        translate: Callable[[BaseException], BaseException],
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self._engine = engine
+        self._guard = guard
+        self._translate = translate
+        self._max_batch = max_batch
+        self._queue: deque[_Job[Any]] = deque()
+        self._draining: asyncio.Task[None] | None = None
+        self._thread = anyio.CapacityLimiter(1)
+        self.batches = 0  # committed batches and the jobs in them: the figures of `store_costs`
+        self.jobs = 0
+
+    async def run(self, work: Callable[[Connection], T]) -> T:
+        job: _Job[T] = _Job(work)
+        self._queue.append(job)
+        if self._draining is None or self._draining.done():
+            self._draining = asyncio.get_running_loop().create_task(self._drain())
+        return await _uncancellable(job.future)
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
+            try:
+                async with self._guard():
+                    await anyio.to_thread.run_sync(self._run_batch, batch, limiter=self._thread)
+            except BaseException as exc:
+                error = self._translate(exc) if isinstance(exc, Exception) else exc
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(error)
+                if not isinstance(exc, Exception):
+                    self._fail_queued(error)
+                    raise
+                continue
+            self.batches += 1
+            self.jobs += len(batch)
+            for job in batch:
+                assert job.outcome is not None
+                ok, value = job.outcome
+                if job.future.done():
+                    continue
+                if ok:
+                    job.future.set_result(value)
+                else:
+                    job.future.set_exception(self._translate(value))
+
+    def _fail_queued(self, error: BaseException) -> None:
+        while self._queue:
+            job = self._queue.popleft()
+            if not job.future.done():
+                job.future.set_exception(error)
+
+    def _run_batch(self, batch: list[_Job[Any]]) -> None:
+        """On the worker thread: every job in its savepoint, then one commit (which raises for the whole batch)."""
+        with self._engine.connect() as conn:
+            # The engine leaves transactions to us (sessions.database.sqlite_file_engine): a writer takes the
+            # write lock at BEGIN, so it never fails half-way to upgrade its lock.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                if len(batch) == 1:  # alone: the transaction is its own, no savepoint to pay for
+                    self._run_alone(conn, batch[0])
+                else:
+                    for job in batch:
+                        self._run_in_savepoint(conn, job)
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+
+    @staticmethod
+    def _run_alone(conn: Connection, job: _Job[Any]) -> None:
+        try:
+            job.outcome = (True, job.work(conn))
+        except Exception as exc:
+            conn.rollback()
+            job.outcome = (False, exc)
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # an empty transaction for the commit that follows
+
+    @staticmethod
+    def _run_in_savepoint(conn: Connection, job: _Job[Any]) -> None:
+        # Plain SQL savepoints: SQLAlchemy's `begin_nested` compiles a new statement for each (no cache key),
+        # which cost more CPU than the job itself.
+        conn.exec_driver_sql("SAVEPOINT job")
+        try:
+            value = job.work(conn)
+        except Exception as exc:
+            conn.exec_driver_sql("ROLLBACK TO SAVEPOINT job")
+            conn.exec_driver_sql("RELEASE SAVEPOINT job")
+            job.outcome = (False, exc)
+        else:
+            conn.exec_driver_sql("RELEASE SAVEPOINT job")
+            job.outcome = (True, value)
+
+
+async def _uncancellable(future: asyncio.Future[T]) -> T:
+    """Wait for `future` even if the caller is cancelled meanwhile (as often as it is); then re-raise the
+    cancellation. The job itself is never cancelled: it may have committed."""
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([future])
+        raise

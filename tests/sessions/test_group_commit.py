@@ -1,0 +1,173 @@
+"""The SQLite group commit: concurrent per-request writes share transactions, each job keeps its own outcome.
+
+On a real SQLite file through the same engine the store uses (`sqlite_file_engine`), and through the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy.exc import OperationalError
+
+from sessions import SqlSessionStore, StoreUnavailable, create_engine, upgrade_sync
+from sessions.database import sqlite_file_engine
+from sessions.group_commit import GroupCommitter
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    sync = sqlite_file_engine(create_engine(f"sqlite+aiosqlite:///{tmp_path / 'g.db'}"))
+    assert sync is not None
+    with sync.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k TEXT PRIMARY KEY)")
+    yield sync
+    sync.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _no_guard() -> AsyncIterator[None]:
+    yield
+
+
+def _committer(engine: Engine) -> GroupCommitter:
+    return GroupCommitter(engine, guard=_no_guard, translate=lambda exc: exc)
+
+
+def _insert(key: str, fail: bool = False) -> Callable[[Connection], str]:
+    def work(conn: Connection) -> str:
+        conn.execute(text("INSERT INTO t (k) VALUES (:k)"), {"k": key})
+        if fail:
+            raise ValueError(f"job {key} failed after its write")
+        return key
+
+    return work
+
+
+def _keys(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return {row[0] for row in conn.execute(text("SELECT k FROM t"))}
+
+
+async def test_concurrent_jobs_share_transactions_and_each_gets_its_result(engine: Engine) -> None:
+    committer = _committer(engine)
+    results = await asyncio.gather(*(committer.run(_insert(f"k{i}")) for i in range(40)))
+    assert results == [f"k{i}" for i in range(40)]
+    assert _keys(engine) == {f"k{i}" for i in range(40)}
+    assert committer.jobs == 40
+    assert committer.batches < 40  # grouped: the first batch runs alone, the rest queue behind it
+
+
+async def test_a_failing_job_rolls_back_only_its_own_writes(engine: Engine) -> None:
+    committer = _committer(engine)
+    outcomes = await asyncio.gather(
+        committer.run(_insert("before")),
+        committer.run(_insert("bad", fail=True)),
+        committer.run(_insert("after")),
+        return_exceptions=True,
+    )
+    assert outcomes[0] == "before"
+    assert outcomes[2] == "after"
+    assert isinstance(outcomes[1], ValueError)
+    assert _keys(engine) == {"before", "after"}  # "bad" was written, then rolled back to its savepoint
+
+
+async def test_a_job_that_breaks_a_constraint_fails_alone(engine: Engine) -> None:
+    committer = _committer(engine)
+    await committer.run(_insert("taken"))
+    outcomes = await asyncio.gather(
+        committer.run(_insert("taken")),
+        committer.run(_insert("free")),
+        return_exceptions=True,
+    )
+    assert type(outcomes[0]).__name__ == "IntegrityError"
+    assert outcomes[1] == "free"
+    assert _keys(engine) == {"taken", "free"}
+
+
+async def test_a_batch_that_cannot_begin_fails_every_job_with_the_translated_error(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    sync = sqlite_file_engine(create_engine(f"sqlite+aiosqlite:///{path}"))
+    assert sync is not None
+    # Fail at once instead of after the store's busy timeout.
+    event.listen(sync, "connect", lambda dbapi, record: dbapi.execute("PRAGMA busy_timeout=0"))
+    with sync.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (k TEXT PRIMARY KEY)")
+
+    def translate(exc: BaseException) -> BaseException:
+        return StoreUnavailable(str(exc)) if isinstance(exc, OperationalError) else exc
+
+    committer = GroupCommitter(sync, guard=_no_guard, translate=translate)
+    holder = sqlite3.connect(path, isolation_level=None)  # another process's writer, holding the write lock
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        outcomes = await asyncio.gather(
+            committer.run(_insert("a")),
+            committer.run(_insert("b")),
+            return_exceptions=True,
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert all(isinstance(o, StoreUnavailable) for o in outcomes), outcomes
+    assert _keys(sync) == set()
+    sync.dispose()
+
+
+async def test_a_cancelled_caller_waits_for_its_job_which_commits(engine: Engine) -> None:
+    committer = _committer(engine)
+    started = threading.Event()
+
+    def slow(conn: Connection) -> str:
+        conn.execute(text("INSERT INTO t (k) VALUES ('slow')"))
+        started.set()
+        time.sleep(0.2)
+        return "slow"
+
+    task = asyncio.create_task(committer.run(slow))
+    assert await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _keys(engine) == {"slow"}  # the caller's cancel came back only after the commit
+
+
+async def test_the_store_groups_concurrent_turns(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
+    upgrade_sync(url)
+    store = SqlSessionStore(create_engine(url))
+    try:
+        now = datetime.now(UTC)
+        turns = await asyncio.gather(
+            *(
+                store.begin_turn(
+                    f"s{i}",
+                    tenant_id="t",
+                    create_session=True,
+                    messages=[{"role": "user", "content": f"hi {i}"}],
+                    request={},
+                    received_at=now,
+                )
+                for i in range(24)
+            )
+        )
+        assert {t.session_id for t in turns} == {f"s{i}" for i in range(24)}
+        for i in range(24):
+            listed = await store.list_turns(f"s{i}", tenant_id="t")
+            assert [t.status for t in listed] == ["pending"]
+        committer = store._group_commit
+        assert committer is not None
+        assert committer.jobs == 24
+        assert committer.batches < 24
+    finally:
+        await store.close()

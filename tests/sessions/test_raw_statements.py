@@ -1,0 +1,94 @@
+"""The raw sqlite3 path of the per-turn statements gives the values SQLAlchemy's path gives, without it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection
+
+from sessions import _raw as raw
+from sessions import _statements as sql
+from sessions import create_engine, upgrade_sync
+from sessions.database import sqlite_file_engine
+
+
+def _turn_values(received_at: datetime) -> dict[str, object]:
+    return {
+        "id": "turn_1",
+        "session_id": "s",
+        "seq": 1,
+        "status": "pending",
+        "input_messages": [{"role": "user", "content": "hi é \ud800"}],
+        "context_reset": False,
+        "request": {"model": "m", "n": 2**70},
+        "received_at": received_at,
+        "gateway_instance": None,
+        "gateway_run": None,
+    }
+
+
+def test_raw_rows_equal_sqlalchemys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'raw.db'}"
+    upgrade_sync(url)
+    engine = sqlite_file_engine(create_engine(url))
+    assert engine is not None
+    at = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=UTC)
+    ended = datetime(2026, 11, 24, 12, 0, 1, tzinfo=UTC)
+    params = {
+        "p_turn": "turn_1",
+        "p_output_message": {"role": "assistant", "content": "ok"},
+        "p_finish_reason": "stop",
+        "p_model": "m",
+        "p_first_token_at": None,
+        "p_ended_at": ended,
+        "p_prompt_tokens": 3,
+        "p_completion_tokens": 1,
+        "p_cached_tokens": None,
+        "p_cached_tokens_details": None,
+        "p_cached_device": None,
+        "p_cached_host": None,
+        "p_cached_storage": None,
+        "p_worker": "w1",
+        "p_dispatched_at": None,
+    }
+    rows = {}
+    for path in ("raw", "sqlalchemy"):
+        with engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql(
+                "INSERT INTO tenants (id, name, created_at) VALUES ('t', 't', '2026-01-01 00:00:00.000000')"
+            )
+            conn.exec_driver_sql(
+                "INSERT INTO sessions (id, tenant_id, state, priority, metadata, created_at, last_active_at, "
+                "turn_count, context_digest, context_length, context_seq) VALUES ('s', 't', 'active', 0, '{}', "
+                "'2026-01-01 00:00:00.000000', '2026-01-01 00:00:00.000000', 1, '', 0, 0)"
+            )
+            if path == "sqlalchemy":
+                # Without a plain sqlite3 connection underneath, `execute` takes SQLAlchemy's path.
+                monkeypatch.setattr(raw, "sqlite3", _NoSqlite3)
+            else:
+                monkeypatch.setattr(Connection, "execute", _refuse)
+            raw.execute(conn, sql.INSERT_TURN, _turn_values(at))
+            (rows[path],) = raw.execute(conn, sql.COMPLETE_TURN, params)
+            assert raw.execute(conn, sql.COMPLETE_TURN, params) == []  # no longer pending
+            conn.rollback()
+            monkeypatch.undo()
+    assert tuple(rows["raw"]) == tuple(rows["sqlalchemy"])
+    assert rows["raw"].received_at == at  # an aware datetime, as the ORM gives it
+    assert rows["raw"].input_messages == [{"role": "user", "content": "hi é \ud800"}]
+    assert rows["raw"].request == {"model": "m", "n": 2**70}
+    assert rows["raw"].output_message == {"role": "assistant", "content": "ok"}
+    assert rows["raw"].worker == "w1"
+    assert rows["raw"].status == "ok"
+    engine.dispose()
+
+
+class _NoSqlite3:
+    class Connection:  # nothing is an instance of it
+        pass
+
+
+def _refuse(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the raw path went through SQLAlchemy's execute")
