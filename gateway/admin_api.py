@@ -181,7 +181,23 @@ async def _kv_request(
     context = await state.store.session_context(record.id, tenant_id=record.tenant_id)
     if not context:
         return None  # no turn yet: nothing cached anywhere
-    return SessionKVRequest(messages=context, priority=priority, ttl_ms=ttl_ms)
+    # The pages are keyed as the session's own requests were: by the tenant's cache salt (without it no page
+    # matches on a real worker) and with the tools the last turn rendered into the prompt.
+    return SessionKVRequest(
+        messages=context,
+        tools=await _last_tools(state, record),
+        cache_salt=state.salts.for_tenant(record.tenant_id),
+        priority=priority,
+        ttl_ms=ttl_ms,
+    )
+
+
+async def _last_tools(state: GatewayState, record: sessions.SessionRecord) -> list[dict[str, Any]] | None:
+    turns = await state.store.list_turns(
+        record.id, tenant_id=record.tenant_id, after_seq=max(record.turn_count - 1, 0), limit=1
+    )
+    tools = turns[-1].request.get("tools") if turns else None
+    return tools if isinstance(tools, list) and tools else None
 
 
 async def retain_kv(request: Request) -> Response:

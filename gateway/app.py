@@ -48,7 +48,7 @@ from .sessions_api import (
 from .settings import GatewaySettings
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
-from .upstream import WorkerClient, make_http_client
+from .upstream import WorkerClient, make_chat_session, make_http_client
 from .wiring import start_routing
 from .workers import WorkerPool
 
@@ -94,8 +94,17 @@ def create_app(
                 connect_timeout_s=settings.upstream_connect_timeout_s,
                 read_timeout_s=settings.upstream_read_timeout_s,
                 transport=worker_transport,
+                worker_api_key=settings.worker_api_key,
             )
             stack.push_async_callback(http.aclose)
+            chat_session = None
+            if worker_transport is None:
+                chat_session = make_chat_session(
+                    connect_timeout_s=settings.upstream_connect_timeout_s,
+                    read_timeout_s=settings.upstream_read_timeout_s,
+                    worker_api_key=settings.worker_api_key,
+                )
+                stack.push_async_callback(chat_session.close)
             the_store = store
             if the_store is None:
                 if settings.auto_migrate:
@@ -141,11 +150,14 @@ def create_app(
                 stack.callback(asyncio.create_task(_every(interval, job)).cancel)
             salts = CacheSalts(_salt_secret(settings))
             routing = await start_routing(stack, settings, pool, http, the_store, policy, salts.for_tenant)
+            gateway_metrics.watch_advisories(routing.advisor.stats)
             state = GatewayState(
                 settings=settings,
                 http=http,
                 workers=pool,
-                worker_client=WorkerClient(http, read_timeout_s=settings.upstream_read_timeout_s),
+                worker_client=WorkerClient(
+                    http, read_timeout_s=settings.upstream_read_timeout_s, chat_session=chat_session
+                ),
                 policy=routing.router.policy,
                 store=the_store,
                 metrics=gateway_metrics,

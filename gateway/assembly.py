@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 __all__ = ["StreamAssembler", "TurnResult", "as_dict", "result_from_response"]
 
 
@@ -44,6 +46,17 @@ def attach_cache_details(usage: dict[str, Any], details: dict[str, Any] | None) 
         prompt_details = {"cached_tokens": 0}
         usage["prompt_tokens_details"] = prompt_details
     prompt_details["cached_tokens_details"] = details
+
+
+# About four bytes of English (JSON-encoded messages) per token: the estimate errs towards charging more, since
+# the encoding's quotes and keys count too.
+_BYTES_PER_TOKEN = 4
+
+
+def estimate_prompt_tokens(request: dict[str, Any]) -> int:
+    """The prompt tokens of a chat request, estimated without a tokenizer (for turns cut short before the worker
+    reported its usage)."""
+    return len(orjson.dumps([request.get("messages"), request.get("tools")])) // _BYTES_PER_TOKEN
 
 
 def result_from_response(answer: dict[str, Any]) -> TurnResult:
@@ -89,6 +102,9 @@ class StreamAssembler:
     usage: dict[str, Any] | None = None
     cached_tokens_details: dict[str, Any] | None = None
     chunks: int = 0
+    # Chunks that carried generated text or tool-call arguments: SGLang streams about one token per such chunk,
+    # so this counts the completion tokens of a stream that never reached its usage chunk.
+    generated_chunks: int = 0
 
     def add(self, chunk: dict[str, Any]) -> None:
         self.chunks += 1
@@ -106,10 +122,14 @@ class StreamAssembler:
                 self._add_delta(delta)
 
     def _add_delta(self, delta: dict[str, Any]) -> None:
+        generated = False
         if isinstance(delta.get("content"), str):
             self.content.append(delta["content"])
+            generated = generated or bool(delta["content"])
         if isinstance(delta.get("reasoning_content"), str):
             self.reasoning.append(delta["reasoning_content"])
+            generated = generated or bool(delta["reasoning_content"])
+        self.generated_chunks += generated or bool(delta.get("tool_calls"))
         for call in delta.get("tool_calls") or ():
             if not isinstance(call, dict):
                 continue
@@ -120,6 +140,17 @@ class StreamAssembler:
             parts.name += function.get("name") or ""
             if isinstance(function.get("arguments"), str):
                 parts.arguments.append(function["arguments"])
+
+    def tokens_used(self, request: dict[str, Any]) -> int:
+        """Tokens the worker spent on a stream cut short: its usage if that chunk came, else the prompt's tokens
+        (estimated from `request` unless reported) plus one per generated chunk."""
+        usage = self.usage or {}
+        total, prompt = usage.get("total_tokens"), usage.get("prompt_tokens")
+        if isinstance(total, int):
+            return total
+        if not isinstance(prompt, int):
+            prompt = estimate_prompt_tokens(request)
+        return prompt + self.generated_chunks
 
     def message(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}

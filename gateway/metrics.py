@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Iterable
 
-__all__ = ["GatewayMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .advisor.stats import PREFETCH_LATENCY_BUCKETS, AdvisoryStats
+
+__all__ = ["AdvisoryCollector", "GatewayMetrics"]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -48,6 +54,12 @@ class GatewayMetrics:
         self.worker_up = Gauge(
             "sessiongate_worker_healthy", "1 if the worker is routable.", ["worker"], registry=self.registry
         )
+        self.advisories = AdvisoryCollector()
+        self.registry.register(self.advisories)
+
+    def watch_advisories(self, stats: AdvisoryStats) -> None:
+        """Report this advisor's figures (the app calls it once its advisor exists)."""
+        self.advisories.stats = stats
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -68,3 +80,55 @@ class GatewayMetrics:
             self.prompt_tokens.labels("cached").inc(cached_tokens)
             cached = cached_tokens
         self.prompt_tokens.labels("computed").inc(max(prompt_tokens - cached, 0))
+
+
+class AdvisoryCollector(Collector):
+    """The advisor's figures, read from its `AdvisoryStats` when `/metrics` is scraped: the advisor only adds to
+    plain integers as signals and prefetches happen (no metric objects made or looked up on its paths)."""
+
+    def __init__(self) -> None:
+        self.stats: AdvisoryStats | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(AdvisoryStats())
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families(self.stats if self.stats is not None else AdvisoryStats())
+
+    @staticmethod
+    def _families(stats: AdvisoryStats) -> list[Metric]:
+        signals = CounterMetricFamily(
+            "sessiongate_advisory_signals", "Advisory signals handled, by kind.", labels=["kind"]
+        )
+        outcomes = CounterMetricFamily(
+            "sessiongate_advisory_outcomes",
+            "Advisories settled, by signal kind and outcome (used, late, wasted, cancelled; a follow-up request no "
+            'advisory foresaw is kind "none", outcome "missed").',
+            labels=["kind", "outcome"],
+        )
+        for kind, kind_stats in sorted(stats.kinds.items()):
+            signals.add_metric([kind], kind_stats.signals)
+            for outcome, count in kind_stats.outcomes.items():
+                outcomes.add_metric([kind, outcome], count)
+        outcomes.add_metric(["none", "missed"], stats.missed)
+        sent = CounterMetricFamily(
+            "sessiongate_prefetches_sent", "Prefetch requests sent to workers, by target tier.", labels=["target"]
+        )
+        for target in ("device", "host"):
+            sent.add_metric([target], stats.prefetches_sent.get(target, 0))
+        moved = CounterMetricFamily(
+            "sessiongate_prefetch_bytes", "Bytes of KV the finished prefetches loaded, as the workers reported them."
+        )
+        moved.add_metric([], stats.prefetch_bytes)
+        latency = stats.prefetch_latency
+        cumulative, buckets = 0, []
+        for bound, count in zip((*PREFETCH_LATENCY_BUCKETS, float("inf")), latency.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+        histogram = HistogramMetricFamily(
+            "sessiongate_prefetch_seconds",
+            "Prefetches that finished: sent to done.",
+            buckets=buckets,
+            sum_value=latency.total_s,
+        )
+        return [signals, outcomes, sent, moved, histogram]

@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import orjson
@@ -23,9 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from .assembly import StreamAssembler, attach_cache_details
 from .errors import GatewayError, UpstreamError, WorkerUnreachable
-
-if TYPE_CHECKING:
-    from .chat import TurnContext
+from .turn import TurnContext, fail_turn, finish_turn
 
 __all__ = ["StreamRelay"]
 
@@ -41,7 +39,7 @@ class StreamRelay:
         self.body = body
         self.assembler = StreamAssembler()
         self._resources = contextlib.AsyncExitStack()
-        self._lines: AsyncIterator[str] | None = None
+        self._lines: AsyncIterator[list[bytes]] | None = None
         self.error: GatewayError | None = None
         self.done = False
 
@@ -62,10 +60,16 @@ class StreamRelay:
     async def pump(self, send: Send) -> None:
         assert self._lines is not None
         try:
-            async for line in self._lines:
-                out = self._translate(line)
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+            async for lines in self._lines:
+                # What arrived together leaves together: one write to the client per read from the worker.
+                out = []
+                for line in lines:
+                    out.append(self._translate(line))
+                    if self.done:
+                        break
+                body = b"".join(out)
+                if body:
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
                 if self.done:
                     break
             if not self.done:
@@ -77,33 +81,33 @@ class StreamRelay:
             event = b"data: " + orjson.dumps(exc.body()) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
 
-    def _translate(self, line: str) -> bytes:
+    def _translate(self, line: bytes) -> bytes:
         """The bytes to forward for one SSE line of the worker's stream (may be nothing)."""
-        if not line.startswith("data:"):
-            return line.encode() + b"\n"
+        if not line.startswith(b"data:"):
+            return line + b"\n"
         payload = line[5:].strip()
-        if payload == "[DONE]":
+        if payload == b"[DONE]":
             self.done = True
             return _DONE
         try:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return b"data: " + payload.encode() + b"\n\n"
+            return b"data: " + payload + b"\n\n"
         if not isinstance(chunk, dict):
-            return b"data: " + payload.encode() + b"\n\n"
+            return b"data: " + payload + b"\n\n"
         if "error" in chunk:
             self.error = GatewayError(
                 str(chunk["error"].get("message", "worker error"))
                 if isinstance(chunk["error"], dict)
                 else str(chunk["error"])
             )
-            return b"data: " + payload.encode() + b"\n\n"
+            return b"data: " + payload + b"\n\n"
         self.assembler.add(chunk)
         if self.ctx.first_token_at is None and chunk.get("choices"):
             self.ctx.first_token_at = datetime.now(UTC)
             self.ctx.state.metrics.ttft.observe(time.perf_counter() - self.ctx.started)
         if chunk.get("choices"):
-            return b"data: " + payload.encode() + b"\n\n"
+            return b"data: " + payload + b"\n\n"
         if isinstance(chunk.get("usage"), dict):
             if not self.ctx.client_wants_usage:
                 return b""
@@ -112,20 +116,24 @@ class StreamRelay:
             return b"data: " + orjson.dumps(chunk) + b"\n\n"
         if "sglext" in chunk and not self.ctx.client_wants_cache_report:
             return b""
-        return b"data: " + payload.encode() + b"\n\n"
+        return b"data: " + payload + b"\n\n"
 
     async def finish(self, *, client_gone: bool) -> None:
-        from .chat import fail_turn, finish_turn
-
         await self._resources.aclose()
         partial = self.assembler.message()
         if self.done and self.error is None:
             await finish_turn(self.ctx, self.assembler.result())
-        elif self.error is not None:
-            await fail_turn(self.ctx, self.error, partial=partial)
+            return
+        # The worker accepted the stream and prefilled the prompt (or was prefilling it when the client left) and
+        # generated what was relayed: the tenant is charged for that, or a client could hang up before the usage
+        # chunk and never pay. A worker error before any chunk did no work worth charging.
+        worked = self.assembler.chunks > 0 or self.error is None
+        used = self.assembler.tokens_used(self.body) if worked else 0
+        if self.error is not None:
+            await fail_turn(self.ctx, self.error, partial=partial, used_tokens=used)
         else:
             reason = "the client disconnected" if client_gone else "the gateway stopped the stream"
-            await fail_turn(self.ctx, _Cancelled(reason), status="cancelled", partial=partial)
+            await fail_turn(self.ctx, _Cancelled(reason), status="cancelled", partial=partial, used_tokens=used)
 
 
 class _Cancelled(Exception):

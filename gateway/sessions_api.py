@@ -13,7 +13,7 @@ import sessions
 from .auth import authenticate
 from .errors import InvalidRequest
 from .schemas import CreateSessionBody, UpdateSessionBody, parse_json, validate, validate_session_id
-from .state import gateway_state
+from .state import GatewayState, gateway_state
 
 __all__ = [
     "create_session",
@@ -103,6 +103,13 @@ def _limit(request: Request, default: int, maximum: int) -> int:
     return int(raw)
 
 
+def _check_priority(priority: int | None, state: GatewayState) -> None:
+    """A tenant's sessions rank at most `tenant_max_priority` (the worker ranks their KV by it)."""
+    bound = state.settings.tenant_max_priority
+    if priority is not None and priority > bound:
+        raise InvalidRequest(f"'priority' must be at most {bound} for a tenant's session.", param="priority")
+
+
 async def create_session(request: Request) -> Response:
     state = gateway_state(request)
     tenant_id = await authenticate(request, state.settings)
@@ -110,6 +117,7 @@ async def create_session(request: Request) -> Response:
     body = validate(CreateSessionBody, parse_json(raw) if raw else {})
     if body.session_id is not None:
         validate_session_id(body.session_id, param="session_id")
+    _check_priority(body.priority, state)
     record = await state.store.create_session(
         tenant_id=tenant_id, session_id=body.session_id, priority=body.priority, metadata=body.metadata
     )
@@ -140,6 +148,7 @@ async def update_session(request: Request) -> Response:
     state = gateway_state(request)
     tenant_id = await authenticate(request, state.settings)
     body = validate(UpdateSessionBody, parse_json(await request.body()))
+    _check_priority(body.priority, state)
     record = await state.store.update_session(
         _path_session_id(request), tenant_id=tenant_id, priority=body.priority, metadata=body.metadata
     )

@@ -58,6 +58,10 @@ class GatewaySettings:
     # admin may override them per tenant (stored with the tenant, reloaded every `key_cache_ttl_s`).
     tenant_max_concurrent: int = 0
     tenant_tokens_per_minute: int = 0
+    # The highest session priority a tenant may set through the sessions API (-1000 to 1000). Each turn carries
+    # its session's priority to the worker, where it ranks the turn's KV in the cache (with priority eviction):
+    # without a bound one tenant could rank its KV above every other tenant's. The admin API is not bounded.
+    tenant_max_priority: int = 10
     # How long an `Idempotency-Key` is remembered (a retry after that runs anew), and how often expired keys are
     # deleted. The retention must outlast `upstream_read_timeout_s`, or a key could vanish under a running turn.
     idempotency_retention_s: float = 86_400.0
@@ -73,6 +77,9 @@ class GatewaySettings:
     instance_lease_s: float = 10.0
     # The admin API's key, separate from client keys; empty disables the admin API.
     admin_key: str = ""
+    # The workers' key (SGLang's `--api-key`, `sessiongate worker --api-key`): sent as a bearer token on every call
+    # to a worker. Workers still belong on a private network: the key is sent in the clear over plain HTTP.
+    worker_api_key: str = ""
     max_body_bytes: int = 4 * 1024 * 1024
     # Input bounds, each refused with a 4xx in the OpenAI error format: messages in one chat request, the largest
     # max_tokens / max_completion_tokens a client may ask for, and the total size of a request's headers.
@@ -155,6 +162,8 @@ class GatewaySettings:
                 f"{ENV_PREFIX}IDEMPOTENCY_RETENTION_S must be at least UPSTREAM_READ_TIMEOUT_S, "
                 "IDEMPOTENCY_SWEEP_INTERVAL_S positive"
             )
+        if not -1000 <= self.tenant_max_priority <= 1000:
+            raise SettingsError(f"{ENV_PREFIX}TENANT_MAX_PRIORITY must be from -1000 to 1000")
         if self.instance_lease_s <= 0:
             raise SettingsError(f"{ENV_PREFIX}INSTANCE_LEASE_S must be positive")
         if self.keep_alive_timeout_s < 1:

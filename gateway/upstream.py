@@ -1,8 +1,10 @@
 """Calling SGLang workers over HTTP, with every transport failure translated here and nowhere else.
 
-One shared `httpx.AsyncClient` (opened in the lifespan) carries all traffic. By default it runs over the
-aiohttp transport, which costs several times less CPU per request than httpx's own (see
-docs/gateway-performance.md); tests inject an ASGI transport instead.
+One shared `httpx.AsyncClient` (opened in the lifespan) carries the control traffic (health, load reports, the
+extension's endpoints). By default it runs over the aiohttp transport; tests inject an ASGI transport instead.
+The chat turns themselves, the gateway's hot path, go over one shared `aiohttp.ClientSession` when there is no
+injected transport: httpx's request and response models cost more CPU per turn than the rest of the proxying
+(docs/benchmarks.md, "The gateway's cost per turn"), and a chat turn needs none of what they add.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 
 from .errors import UpstreamError, WorkerRejected, WorkerTimeout, WorkerUnreachable
 
-__all__ = ["WorkerClient", "make_http_client"]
+__all__ = ["WorkerClient", "make_chat_session", "make_http_client"]
+
+_JSON = {"content-type": "application/json"}
+_JSON_STREAM = {"content-type": "application/json", "accept": "text/event-stream"}
 
 
 def make_http_client(
@@ -26,8 +32,13 @@ def make_http_client(
     read_timeout_s: float,
     fast: bool = True,
     transport: httpx.AsyncBaseTransport | None = None,
+    worker_api_key: str = "",
 ) -> httpx.AsyncClient:
-    """The gateway's shared client; `transport` is the test seam."""
+    """The gateway's shared client; `transport` is the test seam.
+
+    `worker_api_key`: the workers' `--api-key`, sent as `Authorization: Bearer` on every call through this client
+    (generation, health, load reports, the extension's endpoints); the client talks to workers only.
+    """
     timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=connect_timeout_s)
     # Idle upstream connections are dropped before SGLang's uvicorn closes them (SGLANG_TIMEOUT_KEEP_ALIVE, 5 s):
     # a request sent on a connection the worker is closing fails with a reset instead of being served.
@@ -36,7 +47,35 @@ def make_http_client(
         from httpx_aiohttp import AiohttpTransport
 
         transport = AiohttpTransport(limits=limits)
-    return httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+    return httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport, headers=headers)
+
+
+def make_chat_session(
+    *, connect_timeout_s: float, read_timeout_s: float, worker_api_key: str = ""
+) -> aiohttp.ClientSession:
+    """The hot path's session: `read_timeout_s` bounds each wait for the worker's next bytes (a non-streamed answer
+    as a whole, a stream between two chunks); idle connections go before SGLang's keep-alive closes them.
+    `worker_api_key` is sent as `make_http_client` sends it: generation goes through here, not through httpx."""
+    connector = aiohttp.TCPConnector(limit=1024, keepalive_timeout=4.0, ttl_dns_cache=300)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+    # No cookie jar (workers set none) and no automatic decompression checks beyond aiohttp's defaults.
+    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        headers=headers,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+def _aiohttp_error(exc: BaseException, worker_id: str, *, started: bool = False) -> UpstreamError:
+    where = "mid-stream" if started else "before answering"
+    if isinstance(exc, TimeoutError):
+        what = "went silent mid-stream" if started else "timed out before answering"
+        return WorkerTimeout(f"Worker {worker_id} {what}.", worker=worker_id)
+    return WorkerUnreachable(f"Worker {worker_id} failed {where}: {type(exc).__name__}.", worker=worker_id)
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -68,15 +107,25 @@ def _decode_error(response_body: bytes) -> Mapping[str, Any]:
 
 
 class WorkerClient:
-    """SGLang's HTTP API, as the gateway uses it."""
+    """SGLang's HTTP API, as the gateway uses it. Chat turns go over `chat_session` when there is one (production),
+    else over `client` (tests, whose client carries an ASGI transport)."""
 
-    def __init__(self, client: httpx.AsyncClient, *, read_timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        read_timeout_s: float,
+        chat_session: aiohttp.ClientSession | None = None,
+    ) -> None:
         self._client = client
+        self._chat_session = chat_session
         # Enforced here as well as by the transport, so that any transport (tests use ASGI) honours it.
         self._read_timeout_s = read_timeout_s
 
     async def chat(self, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A non-streamed chat completion; the parsed JSON answer."""
+        if self._chat_session is not None:
+            return await self._chat_direct(self._chat_session, worker_id, url, body)
         try:
             async with asyncio.timeout(self._read_timeout_s):
                 response = await self._client.post(
@@ -89,22 +138,32 @@ class WorkerClient:
             raise WorkerTimeout(f"Worker {worker_id} timed out before answering.", worker=worker_id) from exc
         except httpx.HTTPError as exc:
             raise translate(exc, worker_id) from exc
-        if response.status_code != 200:
-            raise WorkerRejected(response.status_code, _decode_error(content), worker=worker_id)
+        return _answer(response.status_code, content, worker_id)
+
+    async def _chat_direct(
+        self, session: aiohttp.ClientSession, worker_id: str, url: str, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
         try:
-            answer = orjson.loads(content)
-        except orjson.JSONDecodeError as exc:
-            raise WorkerUnreachable(f"Worker {worker_id} sent a malformed answer.", worker=worker_id) from exc
-        if not isinstance(answer, dict):
-            raise WorkerUnreachable(f"Worker {worker_id} sent a malformed answer.", worker=worker_id)
-        return answer
+            async with session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=_JSON) as response:
+                content = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _aiohttp_error(exc, worker_id) from exc
+        return _answer(status, content, worker_id)
 
     @contextlib.asynccontextmanager
-    async def chat_stream(self, worker_id: str, url: str, body: Mapping[str, Any]) -> AsyncIterator[AsyncIterator[str]]:
-        """Open a streamed chat completion; yields an iterator over its SSE lines.
+    async def chat_stream(
+        self, worker_id: str, url: str, body: Mapping[str, Any]
+    ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        """Open a streamed chat completion; yields an iterator over its non-empty SSE lines, in the groups that
+        arrived together (so that the relay writes them to the client together: one write per network read).
 
         Errors before the first byte raise from the `async with`; later ones raise from the iterator.
         """
+        if self._chat_session is not None:
+            async with self._stream_direct(self._chat_session, worker_id, url, body) as lines:
+                yield lines
+            return
         request = self._client.build_request(
             "POST",
             f"{url}/v1/chat/completions",
@@ -125,7 +184,29 @@ class WorkerClient:
         finally:
             await response.aclose()
 
-    async def _lines(self, response: httpx.Response, worker_id: str) -> AsyncIterator[str]:
+    @contextlib.asynccontextmanager
+    async def _stream_direct(
+        self, session: aiohttp.ClientSession, worker_id: str, url: str, body: Mapping[str, Any]
+    ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        try:
+            response = await session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=_JSON_STREAM)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise _aiohttp_error(exc, worker_id) from exc
+        try:
+            if response.status != 200:
+                try:
+                    content = await response.read()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    raise _aiohttp_error(exc, worker_id) from exc
+                raise WorkerRejected(response.status, _decode_error(content), worker=worker_id)
+            yield _direct_lines(response, worker_id)
+        finally:
+            if response.content.at_eof():
+                response.release()  # read to the end: the connection goes back to the pool
+            else:
+                response.close()  # left mid-stream: closing the connection makes SGLang abort the request
+
+    async def _lines(self, response: httpx.Response, worker_id: str) -> AsyncIterator[list[bytes]]:
         lines = response.aiter_lines()
         try:
             while True:
@@ -134,7 +215,7 @@ class WorkerClient:
                 if line is None:
                     return
                 if line:
-                    yield line
+                    yield [line.encode()]
         except TimeoutError as exc:
             raise WorkerTimeout(f"Worker {worker_id} went silent mid-stream.", worker=worker_id) from exc
         except httpx.HTTPError as exc:
@@ -145,3 +226,31 @@ class WorkerClient:
         response.raise_for_status()
         data = response.json().get("data", [])
         return [m for m in data if isinstance(m, dict)]
+
+
+def _answer(status: int, content: bytes, worker_id: str) -> dict[str, Any]:
+    if status != 200:
+        raise WorkerRejected(status, _decode_error(content), worker=worker_id)
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        raise WorkerUnreachable(f"Worker {worker_id} sent a malformed answer.", worker=worker_id) from exc
+    if not isinstance(answer, dict):
+        raise WorkerUnreachable(f"Worker {worker_id} sent a malformed answer.", worker=worker_id)
+    return answer
+
+
+async def _direct_lines(response: aiohttp.ClientResponse, worker_id: str) -> AsyncIterator[list[bytes]]:
+    """The stream's non-empty lines, grouped by the network read that completed them; the session's read timeout
+    bounds the wait for each read."""
+    partial = b""
+    try:
+        async for data in response.content.iter_any():
+            *complete, partial = (partial + data).split(b"\n")
+            lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
+            if lines:
+                yield lines
+        if partial.strip(b"\r"):
+            yield [partial.rstrip(b"\r")]
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _aiohttp_error(exc, worker_id, started=True) from exc

@@ -1,10 +1,11 @@
 """Chat streams: SSE decoding, chunk assembly, and the sync and async stream objects.
 
-`SSEDecoder` turns lines into server-sent events; `ChunkAssembler` folds chunks into one `ChatCompletion`
-(content concatenated, tool calls merged by index, the last usage and gateway ids kept); `StreamDecoder`
-drives both and applies the gateway's stream rules: `data: [DONE]` ends the stream, `data: {"error": ...}`
-raises `APIError`, and a stream that closes before `[DONE]` raises `APIConnectionError`. `ChatStream` and
-`AsyncChatStream` are only the I/O edge around a `StreamDecoder`. A stream is never retried once it started.
+`SSEDecoder` (in `_sse.py`, shared with the benchmarks and the tests) turns lines into server-sent events;
+`ChunkAssembler` folds chunks into one `ChatCompletion` (content concatenated, tool calls merged by index, the
+last usage and gateway ids kept); `StreamDecoder` drives both and applies the gateway's stream rules:
+`data: [DONE]` ends the stream, `data: {"error": ...}` raises `APIError`, and a stream that closes before
+`[DONE]` raises `APIConnectionError`. `ChatStream` and `AsyncChatStream` are only the I/O edge around a
+`StreamDecoder`. A stream is never retried once it started.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ._exceptions import (
     error_body,
     error_message,
 )
+from ._sse import ServerSentEvent, SSEDecoder
 from ._types import ChatCompletion, ChatCompletionChunk, parse_chunk, parse_completion
 
 __all__ = [
@@ -37,42 +39,6 @@ __all__ = [
 ]
 
 OnComplete = Callable[[ChatCompletion], None]
-
-
-@dataclass(frozen=True)
-class ServerSentEvent:
-    event: str | None
-    data: str
-
-
-class SSEDecoder:
-    """Line-by-line server-sent-events decoder (`data:` lines joined by newlines, a blank line dispatches)."""
-
-    def __init__(self) -> None:
-        self._event: str | None = None
-        self._data: list[str] = []
-
-    def decode(self, line: str) -> ServerSentEvent | None:
-        """Feed one line (without its line ending); returns an event when the line completes one."""
-        if not line:
-            return self.flush()
-        if line.startswith(":"):
-            return None
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-        return None
-
-    def flush(self) -> ServerSentEvent | None:
-        """The pending event, if any (called at a blank line and at the end of the stream)."""
-        if not self._data and self._event is None:
-            return None
-        event = ServerSentEvent(event=self._event, data="\n".join(self._data))
-        self._event, self._data = None, []
-        return event
 
 
 @dataclass
@@ -170,7 +136,7 @@ class StreamDecoder:
     def _handle(self, event: ServerSentEvent) -> ChatCompletionChunk | None:
         if self.done or not event.data:
             return None
-        if event.data.strip() == "[DONE]":
+        if event.done:
             self.completion = self._assembler.result()
             if self._on_complete is not None:
                 self._on_complete(self.completion)

@@ -75,6 +75,8 @@ class Advisor:
         # "Missed" records wait here and are written together, at most `missed_flush_s` after the first.
         self.missed_flush_s = missed_flush_s
         self._missed: list[sessions.MissedTurn] = []
+        # One signal at a time per session (see `signal`): the lock, and how many signals hold or await it.
+        self._signal_locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     # background work
 
@@ -116,7 +118,29 @@ class Advisor:
     async def signal(
         self, session_id: str, tenant_id: str, kind: str, *, expected_in_s: float | None = None
     ) -> dict[str, Any]:
-        """Handle one signal; returns what was done, for the signal's HTTP answer."""
+        """Handle one signal; returns what was done, for the signal's HTTP answer.
+
+        Signals of one session are handled one at a time: handling reads the book, awaits the store, then writes
+        the book, so two at once would each find no live advisory, each create one and fire its prefetch, and
+        the first, overwritten in the book, would stay `pending` forever. The second now finds the first live
+        and refreshes (or supersedes) it. This lock is per process: with several gateway replicas, two signals
+        of one session reaching two replicas each make an advisory in that replica's own book (each settled
+        there); a cross-replica single flight belongs with the replicas' shared state.
+        """
+        lock, users = self._signal_locks.get(session_id) or (asyncio.Lock(), 0)
+        self._signal_locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._signal(session_id, tenant_id, kind, expected_in_s)
+        finally:
+            lock, users = self._signal_locks[session_id]
+            if users == 1:
+                del self._signal_locks[session_id]
+            else:
+                self._signal_locks[session_id] = (lock, users - 1)
+
+    async def _signal(self, session_id: str, tenant_id: str, kind: str, expected_in_s: float | None) -> dict[str, Any]:
+        self.stats.signal(kind)
         now = self.clock()
         fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
         worker: WorkerView | None = None
@@ -261,6 +285,8 @@ class Advisor:
             cache_salt=self.cache_salt_for(tenant_id) if self.cache_salt_for else None,
         )
         url = advisory.worker_url or ""
+        self.stats.prefetch_sent(request.target)
+        sent_at = self.clock()
         accepted = await self.extension.prefetch(advisory.worker_id, url, request)
         advisory.prefetch_id, advisory.tokens = accepted.prefetch_id, accepted.tokens
         state, status = accepted.state, None
@@ -269,10 +295,11 @@ class Advisor:
             status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
             state = status.state
         if state == "done":
-            advisory.ready_at = self.clock()
+            advisory.ready_at = ready_at = self.clock()
             if status is None:  # done on arrival: read what it brought
                 status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
             advisory.bytes_loaded = status.bytes_loaded
+            self.stats.prefetch_done(ready_at - sent_at, status.bytes_loaded)
             resident, tier = prefetch_residency(
                 tokens=status.tokens,
                 target=status.target,

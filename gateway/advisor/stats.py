@@ -7,6 +7,10 @@
     wasted bytes = bytes the worker loaded for advisories that ended wasted (when it reported them)
 
 The per-advisory records (kind, worker, outcome) are in the store (`GET /v1/admin/sessions/{id}`).
+
+Also counted here for `/metrics` (`gateway.metrics` reads them when scraped, so the advisor's paths only add to
+plain integers): signals handled per kind, prefetches sent per target tier, bytes the finished prefetches
+loaded, and prefetch latency (sent to done) in fixed buckets.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 __all__ = ["AdvisoryStats"]
 
 _OUTCOMES = ("used", "late", "wasted", "cancelled")
+# Upper bounds (seconds) of the prefetch latency histogram's buckets; +Inf is implied.
+PREFETCH_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 @dataclass(slots=True)
@@ -26,6 +32,20 @@ class _KindStats:
     lead_count: int = 0
     wasted_bytes: int = 0
     skipped: int = 0
+    signals: int = 0
+
+
+@dataclass(slots=True)
+class PrefetchLatency:
+    """A histogram of prefetch latencies as plain counts: one per bucket (the last is +Inf), their sum."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(PREFETCH_LATENCY_BUCKETS) + 1))
+    total_s: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        index = next((i for i, bound in enumerate(PREFETCH_LATENCY_BUCKETS) if seconds <= bound), -1)
+        self.counts[index] += 1
+        self.total_s += seconds
 
 
 @dataclass(slots=True)
@@ -33,6 +53,9 @@ class AdvisoryStats:
     kinds: dict[str, _KindStats] = field(default_factory=dict)
     missed: int = 0
     claimed: int = 0
+    prefetches_sent: dict[str, int] = field(default_factory=dict)  # by target tier
+    prefetch_bytes: int = 0
+    prefetch_latency: PrefetchLatency = field(default_factory=PrefetchLatency)
 
     def _kind(self, kind: str) -> _KindStats:
         return self.kinds.setdefault(kind, _KindStats())
@@ -48,6 +71,16 @@ class AdvisoryStats:
 
     def skipped(self, kind: str) -> None:
         self._kind(kind).skipped += 1
+
+    def signal(self, kind: str) -> None:
+        self._kind(kind).signals += 1
+
+    def prefetch_sent(self, target: str) -> None:
+        self.prefetches_sent[target] = self.prefetches_sent.get(target, 0) + 1
+
+    def prefetch_done(self, seconds: float, bytes_loaded: int) -> None:
+        self.prefetch_latency.observe(seconds)
+        self.prefetch_bytes += bytes_loaded
 
     def report(self) -> dict[str, Any]:
         requests = self.claimed + self.missed

@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
+from sdk._sse import parse_events
+
 from .conftest import Gateway
 
 pytestmark = pytest.mark.anyio
@@ -16,7 +18,7 @@ USER = {"role": "user", "content": "what is the capital of France"}
 
 
 def _sse_events(text: str) -> list[str]:
-    return [line[len("data: ") :] for line in text.split("\n\n") if line.startswith("data: ")]
+    return [event.data for event in parse_events(text)]
 
 
 async def test_non_streamed_turn_is_answered_and_recorded(gateway: Gateway) -> None:

@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
+from sdk._sse import parse_events
+
 from .conftest import Gateway
 
 pytestmark = pytest.mark.anyio
@@ -132,7 +134,7 @@ async def test_worker_dying_mid_stream_ends_with_an_error_event(gateway: Gateway
         "/v1/chat/completions", json={"messages": [USER], "stream": True}, headers={"X-Session-Id": "midway"}
     )
     assert response.status_code == 200
-    events = [line[6:] for line in response.text.split("\n\n") if line.startswith("data: ")]
+    events = [event.data for event in parse_events(response.text)]
     assert "[DONE]" not in events
     last = orjson.loads(events[-1])
     assert last["error"]["type"] == "upstream_error"
@@ -140,6 +142,25 @@ async def test_worker_dying_mid_stream_ends_with_an_error_event(gateway: Gateway
     assert turn["status"] == "failed"
     assert turn["input_messages"] == [USER]
     assert turn["output_message"]["content"].startswith("echo:")  # the partial answer is kept
+
+
+async def test_a_stream_that_fails_midway_is_charged_and_a_refused_one_is_not(make_gateway: Callable[..., Any]) -> None:
+    """A budget of 8 tokens a minute: a worker that refuses the turn (no work done) costs nothing, so the
+    next request is admitted; a stream that dies after two chunks cost its prompt (~12 estimated tokens) plus
+    the relayed chunks, so the next request is refused."""
+    async with make_gateway(tenant_tokens_per_minute=8) as gw:
+        for worker in gw.workers.values():
+            worker.fail_status = 500
+        refused = await gw.client.post("/v1/chat/completions", json={"messages": [USER], "stream": True})
+        assert refused.status_code == 500  # the worker's status, relayed
+        for worker in gw.workers.values():
+            worker.fail_status, worker.die_after_chunks = None, 2
+        cut = await gw.client.post("/v1/chat/completions", json={"messages": [USER], "stream": True})
+        assert cut.status_code == 200
+        assert '"upstream_error"' in cut.text
+        spent = await gw.client.post("/v1/chat/completions", json={"messages": [USER]})
+        assert spent.status_code == 429, spent.text
+        assert spent.json()["error"]["code"] == "tokens_per_minute_exceeded"
 
 
 async def test_hanging_worker_times_out_with_504(make_gateway: Callable[..., Any]) -> None:

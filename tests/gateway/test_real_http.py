@@ -156,3 +156,59 @@ async def test_worker_down_at_start_is_not_routable(tmp_path: Path) -> None:
         assert ready.status_code == 503
         response = await client.post("/v1/chat/completions", json={"messages": [USER]})
         assert response.status_code == 503
+
+
+async def test_a_stream_cut_short_is_charged_to_the_tenant(tmp_path: Path) -> None:
+    """A client that hangs up before the usage chunk still pays for what the worker did: with a budget of 10
+    tokens a minute, the cancelled turn (a prompt of ~18 estimated tokens plus the relayed chunk) spends it
+    all, so the next request is refused."""
+    behaviour = FakeWorkerBehaviour(token_delay_s=0.2)
+    async with _serve(create_fake_worker(behaviour)) as worker_url:
+        settings = GatewaySettings(
+            allow_unauthenticated=True,
+            workers=(worker_url,),
+            database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+            tenant_tokens_per_minute=10,
+        )
+        async with _serve(create_app(settings)) as gateway_url, httpx.AsyncClient(base_url=gateway_url) as client:
+            async with client.stream(
+                "POST",
+                "/v1/chat/completions",
+                headers={"X-Session-Id": "cut"},
+                json={"messages": [USER], "stream": True, "max_tokens": 11},
+            ) as response:
+                async for line in response.aiter_lines():
+                    if '"content":"echo:"' in line:
+                        break
+            for _ in range(100):
+                turns = await _turns(client, "cut")
+                if turns and turns[0]["status"] != "pending":
+                    break
+                await asyncio.sleep(0.05)
+            assert turns[0]["status"] == "cancelled"
+            refused = await client.post("/v1/chat/completions", json={"messages": [USER]})
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "tokens_per_minute_exceeded"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_workers_key_goes_with_every_turn(tmp_path: Path, stream: bool) -> None:
+    """Turns go over the hot path's own HTTP session, not the control client: both must carry the key."""
+    behaviour = FakeWorkerBehaviour(api_key="wk-secret")
+    async with _serve(create_fake_worker(behaviour)) as worker_url:
+        common: dict[str, Any] = {
+            "allow_unauthenticated": True,
+            "workers": (worker_url,),
+            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        }
+        body = {"messages": [USER], "stream": stream, "max_tokens": 3}
+        async with _serve(create_app(GatewaySettings(**common, worker_api_key="wk-secret"))) as gateway_url:
+            async with httpx.AsyncClient(base_url=gateway_url, timeout=30) as client:
+                answer = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "keyed"})
+                assert answer.status_code == 200, answer.text
+                assert len(behaviour.requests) == 1
+        async with _serve(create_app(GatewaySettings(**{**common, "database_url": common["database_url"] + "2"}))) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                refused = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "unkeyed"})
+                assert refused.status_code == 401, refused.text  # no key configured: the worker refuses the turn
+                assert len(behaviour.requests) == 1

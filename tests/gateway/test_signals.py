@@ -270,3 +270,27 @@ async def test_typing_for_unknown_session_and_bad_state(gateway: Gateway) -> Non
     bad = await gateway.client.post("/v1/sessions/known/typing", json={"state": "maybe"})
     assert bad.status_code == 400
     assert bad.json()["error"]["param"] == "state"
+
+
+async def test_concurrent_signals_of_one_session_make_one_advisory(make_gateway: Any) -> None:
+    """Two signals at once: the second finds the first's advisory live and refreshes it, so there is one
+    advisory, one prefetch, and it settles (before, each made its own, both prefetched, and the one overwritten
+    in the advisor's book stayed pending forever). The store is slowed down, so the signals overlap."""
+    async with make_gateway(**{**FAST, "advisory_ttl_s": 0.5}) as gw:
+        await _turn(gw, "both", [USER])
+        store = gw.state.store
+        create = store.create_advisory
+
+        async def slow_create(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.05)  # a store farther away (PostgreSQL): the others arrive meanwhile
+            return await create(*args, **kwargs)
+
+        store.create_advisory = slow_create
+        answers = await asyncio.gather(
+            *(gw.client.post("/v1/sessions/both/typing", json={"state": "started"}) for _ in range(4))
+        )
+        assert all(a.status_code == 202 for a in answers)
+        assert sorted(a.json()["state"] for a in answers) == ["fired", "refreshed", "refreshed", "refreshed"]
+        (advisory,) = await _settled(gw, "both")  # unused, it expires: wasted, not pending
+        assert advisory.outcome == "wasted"
+        assert sum(len(w.prefetches) for w in gw.workers.values()) == 1

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 from sqlalchemy import select
 
+from sdk._sse import parse_events
 from sessions.models import IdempotencyKey
 
 from .conftest import SecureGateway, bearer
@@ -48,7 +48,7 @@ async def test_streamed_retry_replays_the_stream(gateway: SecureGateway) -> None
     again = await gateway.client.post("/v1/chat/completions", headers=headers, json=body)
 
     def content(text: str) -> tuple[str, int]:
-        events = [orjson.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+        events = [event.json() for event in parse_events(text) if not event.done]
         words = "".join(c["choices"][0]["delta"].get("content") or "" for c in events if c["choices"])
         usage = next(c["usage"]["total_tokens"] for c in events if c.get("usage"))
         return words, usage
