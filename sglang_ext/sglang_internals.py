@@ -16,6 +16,12 @@ CPU patches (`cpu_patches`), applied by `sglang_ext.cpu_compat` right after each
 - `hicache` - `pool_host.common._cuda_host_register` -> no-op; `HostKVCache.__init__` forced to
   `pin_memory=False`; `pool_host.mha.transfer_kv_direct`, `transfer_kv_all_layer_direct_lf_pf`,
   `transfer_kv_per_layer_direct_pf_lf` (bound only under CUDA/HIP/XPU) -> pure-torch copies.
+- `deferred_h2d` (opt-in, for tests: `h2d_layer_delay_s > 0`) - the GPU's timing for host-to-device
+  loads: `l2_transfer.L2TransferEngine.submit_host_to_device` enqueues the layer copies on a
+  `cpu_compat.deferred_copy.CopyStream` (a delay before each layer; the destination pages zeroed
+  first, as undefined as on a GPU until the copy lands) and returns; `cache_controller.LayerLoadingEvent`
+  gets `DeferredEvent`s, so `LayerDoneCounter.wait_until` blocks until the layer is there and the
+  load ring's reuse check (`update_producer`) sees a copy still running.
 
 The internals behind the load report and advisory prefetch (IPC with the scheduler, the
 scheduler-side prefetch, the HTTP-side helpers) live in the `sglang_ext.internals` package, split
@@ -53,11 +59,15 @@ TORCH_NATIVE_BACKEND_MODULE = "sglang.srt.layers.attention.torch_native_backend"
 HOST_POOL_COMMON_MODULE = "sglang.srt.mem_cache.pool_host.common"
 HOST_POOL_BASE_MODULE = "sglang.srt.mem_cache.pool_host.base"
 HOST_POOL_MHA_MODULE = "sglang.srt.mem_cache.pool_host.mha"
+CACHE_CONTROLLER_MODULE = "sglang.srt.managers.cache_controller"
+L2_TRANSFER_MODULE = "sglang.srt.mem_cache.l2_transfer"
 HTTP_SERVER_MODULE = "sglang.srt.entrypoints.http_server"
 FUNCTION_CALL_PARSER_MODULE = "sglang.srt.function_call.function_call_parser"
 QWEN25_DETECTOR_MODULE = "sglang.srt.function_call.qwen25_detector"
 
-PATCH_GROUPS = ("attention", "hicache")
+PATCH_GROUPS = ("attention", "hicache", "deferred_h2d")
+# Off unless asked for (`cpu_patches(h2d_layer_delay_s=...)`): a test device, not a fix.
+OPT_IN_PATCH_GROUPS = ("deferred_h2d",)
 
 
 class UnsupportedSGLangVersion(RuntimeError):
@@ -149,24 +159,123 @@ def _patch_mha_direct_transfers(module: ModuleType) -> None:
             setattr(module, name, getattr(kernels, name))
 
 
+def _patch_deferred_layer_events(module: ModuleType) -> None:
+    from sglang_ext.cpu_compat.deferred_copy import DeferredEvent
+
+    require_supported_version()
+    loading_event = _attribute(module, "LayerLoadingEvent")
+    original_init = _attribute(module, "LayerLoadingEvent.__init__")
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, num_layers: int) -> None:
+        original_init(self, num_layers)
+        self.load_events = [DeferredEvent() for _ in range(num_layers)]
+        self.start_event = DeferredEvent()
+
+    def wait(self: Any, layer_index: int) -> None:
+        # The forward runs on the calling thread: its "stream" waits by blocking.
+        self.load_events[layer_index].wait()
+
+    loading_event.__init__ = __init__
+    loading_event.wait = wait
+
+
+def _zero_device_pages(device_pool: Any, device_indices: Any, layers: int) -> None:
+    keys = getattr(device_pool, "k_buffer", None) or ()
+    values = getattr(device_pool, "v_buffer", None) or ()
+    for buffer in [*keys[:layers], *values[:layers]]:
+        if len(device_indices) and int(device_indices.max()) < buffer.shape[0]:
+            buffer[device_indices.long()] = 0
+
+
+def _patch_deferred_host_to_device(module: ModuleType, layer_delay_s: float) -> None:
+    from sglang_ext.cpu_compat.deferred_copy import CopyJob, CopyStream, DeferredEvent
+
+    require_supported_version()
+    engine = _attribute(module, "L2TransferEngine")
+    _attribute(module, "L2TransferEngine._prepare_transfers")
+    completion_type = _attribute(module, "TransferCompletion")
+    streams: dict[int, CopyStream] = {}
+
+    def submit_host_to_device(
+        self: Any,
+        transfers: list[Any],
+        *,
+        transfer_layer_id_max: int,
+        start_event: Any = None,
+        on_layer_done: Callable[[int], None] | None = None,
+    ) -> Any:
+        prepared = self._prepare_transfers(transfers)
+        for transfer in transfers:
+            _zero_device_pages(transfer.device_pool, transfer.device_indices, transfer_layer_id_max)
+        layer_events = getattr(on_layer_done, "__self__", None)  # the LayerLoadingEvent of this load's slot
+        for event in getattr(layer_events, "load_events", ()):
+            if isinstance(event, DeferredEvent):
+                event.arm()
+
+        def copy_layer(layer_id: int) -> None:
+            for transfer in prepared:
+                local = transfer.layer_mapper(layer_id) if transfer.layer_mapper is not None else layer_id
+                if local is None or local >= transfer.host_pool.layer_num:
+                    continue
+                transfer.host_pool.load_to_device_per_layer_physical(
+                    transfer.device_pool,
+                    transfer.host_indices,
+                    transfer.device_indices,
+                    local,
+                    self.io_backend,
+                    is_draft=transfer.is_draft,
+                )
+
+        started, finished = DeferredEvent(), DeferredEvent()
+        stream = streams.get(id(self))
+        if stream is None:
+            stream = streams[id(self)] = CopyStream(layer_delay_s)
+        stream.submit(
+            CopyJob(
+                layers=transfer_layer_id_max,
+                copy_layer=copy_layer,
+                layer_done=on_layer_done or (lambda layer: None),
+                finished=finished,
+                extra_events=(started,),
+            )
+        )
+        return completion_type(started, finished, False)
+
+    engine.submit_host_to_device = submit_host_to_device
+
+
 _CPU_PATCHES: Mapping[str, Sequence[tuple[str, Callable[[ModuleType], None]]]] = {
     TORCH_NATIVE_BACKEND_MODULE: (("attention", _patch_extend_attention),),
     HOST_POOL_COMMON_MODULE: (("hicache", _patch_host_register),),
     HOST_POOL_BASE_MODULE: (("hicache", _patch_host_pin_memory),),
     HOST_POOL_MHA_MODULE: (("hicache", _patch_mha_direct_transfers),),
+    CACHE_CONTROLLER_MODULE: (("deferred_h2d", _patch_deferred_layer_events),),
 }
 
 
-def cpu_patches(disabled: Collection[str] = ()) -> dict[str, list[Callable[[ModuleType], None]]]:
-    """Module name -> the patches to apply right after it is imported, minus the disabled groups."""
+def cpu_patches(
+    disabled: Collection[str] = (), *, h2d_layer_delay_s: float = 0.0
+) -> dict[str, list[Callable[[ModuleType], None]]]:
+    """Module name -> the patches to apply right after it is imported, minus the disabled groups.
+
+    `h2d_layer_delay_s > 0` turns on the opt-in `deferred_h2d` group with that delay per layer.
+    """
     unknown = set(disabled) - set(PATCH_GROUPS)
     if unknown:
         raise ValueError(f"unknown CPU patch group(s) {sorted(unknown)}; known: {list(PATCH_GROUPS)}")
+    if h2d_layer_delay_s < 0:
+        raise ValueError(f"h2d_layer_delay_s must be at least 0, got {h2d_layer_delay_s}")
+    off = set(disabled) | (set() if h2d_layer_delay_s > 0 else set(OPT_IN_PATCH_GROUPS))
     table: dict[str, list[Callable[[ModuleType], None]]] = {}
     for module_name, patches in _CPU_PATCHES.items():
-        chosen = [patch for group, patch in patches if group not in disabled]
+        chosen = [patch for group, patch in patches if group not in off]
         if chosen:
             table[module_name] = chosen
+    if "deferred_h2d" not in off:
+        table.setdefault(L2_TRANSFER_MODULE, []).append(
+            functools.partial(_patch_deferred_host_to_device, layer_delay_s=h2d_layer_delay_s)
+        )
     return table
 
 

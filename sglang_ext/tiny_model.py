@@ -21,13 +21,14 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 from sglang_ext.tiny_tokenizer import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_tokenizer
 
-__all__ = ["SIZES", "ModelShape", "ModelSize", "is_complete", "main", "make_model"]
+__all__ = ["SIZES", "ModelShape", "ModelSize", "is_complete", "main", "make_atomically", "make_model"]
 
 ModelSize = Literal["tiny", "medium"]
 SEED = 1234
@@ -53,7 +54,7 @@ SIZES: dict[str, ModelShape] = {
 
 
 def is_complete(directory: Path) -> bool:
-    """Whether `directory` holds a model that `make_model` finished writing."""
+    """Whether `directory` holds a model that sessiongate finished writing (`make_model`, `make_atomically`)."""
     return (directory / _COMPLETE_MARKER).is_file()
 
 
@@ -91,11 +92,17 @@ def make_model(directory: Path | str, size: ModelSize = "tiny") -> Path:
     """Make (or reuse) a random-weight Llama model of `size` in `directory`; return its path."""
     if size not in SIZES:
         raise ValueError(f"unknown model size {size!r}; choose one of {sorted(SIZES)}")
+    return make_atomically(directory, lambda scratch: _write_model(scratch, SIZES[size]), {"size": size, "seed": SEED})
+
+
+def make_atomically(directory: Path | str, write: Callable[[Path], None], marker: dict[str, object]) -> Path:
+    """Make (or reuse) a model directory: `write(scratch)` fills an empty scratch directory, which is then
+    renamed to `directory` with a completion marker holding `marker`. A complete directory is reused as is."""
     target = Path(directory).resolve()
     if is_complete(target):
         return target
     if target.exists() and any(target.iterdir()):
-        raise FileExistsError(f"{target} exists, is not empty and holds no complete model made by make_model")
+        raise FileExistsError(f"{target} exists, is not empty and holds no complete model made by sessiongate")
     # transformers imports torchvision, which needs the CPU fixes on a machine without CUDA.
     from sglang_ext.cpu_compat import activate
     from sglang_ext.hardware import has_cuda
@@ -104,12 +111,12 @@ def make_model(directory: Path | str, size: ModelSize = "tiny") -> Path:
         activate(patch_sglang=False)
     target.parent.mkdir(parents=True, exist_ok=True)
     # Write into a scratch directory next to the target, then rename: readers (and a concurrent
-    # make_model) never see a half-written model.
+    # maker) never see a half-written model.
     scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        _write_model(scratch, SIZES[size])
+        write(scratch)
         scratch.chmod(0o755)  # mkdtemp makes it private; the model is for every local worker.
-        (scratch / _COMPLETE_MARKER).write_text(json.dumps({"size": size, "seed": SEED}) + "\n")
+        (scratch / _COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
         # Replaces an empty directory; fails if another process put a model there first.
         os.replace(scratch, target)
     except OSError:

@@ -30,6 +30,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "TOOL_TAGS",
     "build_tokenizer",
+    "chat_template",
 ]
 
 BOS_TOKEN = "<|bos|>"
@@ -40,7 +41,7 @@ SPECIAL_TOKENS = (BOS_TOKEN, PAD_TOKEN, IM_START, EOS_TOKEN)
 # Not "special": they must survive decoding (skip_special_tokens) so the tool parser sees them.
 TOOL_TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>", "</tools>")
 
-CHAT_TEMPLATE = (
+_TEMPLATE_HEAD = (
     "{%- macro render(content) -%}"
     "{%- if content is string -%}{{ content }}"
     "{%- elif content -%}{%- for part in content if part.type == 'text' -%}{{ part.text }}{%- endfor -%}"
@@ -58,6 +59,8 @@ CHAT_TEMPLATE = (
     ' + \'{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' -}}'
     "{%- elif first_is_system -%}"
     "{{- '<|im_start|>system\\n' + render(messages[0].content) + '<|im_end|>\\n' -}}"
+)
+_TEMPLATE_TAIL = (
     "{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- if loop.first and first_is_system -%}"
@@ -79,6 +82,18 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
+
+
+def chat_template(default_system: str | None = None) -> str:
+    """The ChatML template above; with `default_system`, a conversation that opens without a system turn
+    (and passes no tools) gets that one, as an instruct model's own template does."""
+    if default_system is None:
+        return _TEMPLATE_HEAD + _TEMPLATE_TAIL
+    default = "{%- else -%}{{- '<|im_start|>system\\n' + " + json.dumps(default_system) + " + '<|im_end|>\\n' -}}"
+    return _TEMPLATE_HEAD + default + _TEMPLATE_TAIL
+
+
+CHAT_TEMPLATE = chat_template()
 
 _WORD_TEXT = """\
 the a an and or but if then else when while for with without to from of in on at by as is are was

@@ -17,12 +17,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["ENV_PREFIX", "WorkerConfig", "parse_worker_config"]
+from sglang_ext.models import MODEL_NAMES, MODELS, ModelName
+
+__all__ = [
+    "CPU_CHUNKED_PREFILL_SIZE",
+    "CPU_MAX_RUNNING_REQUESTS",
+    "CPU_MAX_TOTAL_TOKENS",
+    "ENV_PREFIX",
+    "WorkerConfig",
+    "parse_worker_config",
+]
 
 ENV_PREFIX = "SESSIONGATE_WORKER_"
 
+# A CPU worker's sizes when none are given: small enough for a 24 GiB developer machine running two workers
+# (without `--max-total-tokens` SGLang sized a CPU KV pool at 15.6 GB). On a GPU SGLang sizes them itself.
+CPU_MAX_TOTAL_TOKENS = 4096
+CPU_MAX_RUNNING_REQUESTS = 8
+CPU_CHUNKED_PREFILL_SIZE = 1024
+
 Device = Literal["auto", "cpu", "cuda"]
-ModelSize = Literal["tiny", "medium"]
 PrefetchPolicy = Literal["best_effort", "wait_complete", "timeout"]
 
 
@@ -31,14 +45,20 @@ class WorkerConfig:
     """One SGLang worker: model, address, KV cache tiers, and where its files go."""
 
     model_path: Path | None = None
-    """A model directory or hub id; None makes the random-weight `model_size` model under `state_dir`."""
-    model_size: ModelSize = "tiny"
+    """A model directory or hub id; None makes the named `model_size` model under `state_dir`."""
+    model_size: ModelName = "tiny"
+    """Which model to make when `model_path` is None (`sglang_ext.models`): `tiny` or `medium` (random
+    weights, noise) or `smollm2` (SmolLM2-135M-Instruct, real answers; converted once, about 20 s)."""
     state_dir: Path = Path(".sessiongate")
     """Made models, the default pool directory and the default log files live here."""
     host: str = "127.0.0.1"
     port: int = 30000
     device: Device = "auto"
-    """`auto`: CUDA when `nvidia-smi` lists a GPU, else CPU with the compatibility layer."""
+    """`auto`: CUDA when the machine has an NVIDIA GPU (`hardware.gpu_count`), else CPU with the compatibility
+    layer."""
+    gpu_id: str | None = None
+    """On a GPU: the one GPU this worker uses, an index or a UUID (its `CUDA_VISIBLE_DEVICES`); None: what the
+    environment allows (SGLang takes the first visible one). `sessiongate up` gives each worker its own."""
     dtype: str | None = None
     """SGLang's `--dtype`; None: `float32` on CPU (AVX2 has no fast fp16/bf16 matmul: 2k-token prefill
     of the medium model took 9.3 s in float16, 1.2 s in float32), `auto` on GPU."""
@@ -47,11 +67,21 @@ class WorkerConfig:
     one per core, right for a worker alone on its machine. Workers that share a machine must share its cores
     (`sglang_ext.hardware.cores_per_worker`): with every core each, their OpenMP threads spin against each
     other and a decode step becomes 9-34x slower (docs/sglang-on-cpu.md)."""
-    max_total_tokens: int = 4096
-    """Device KV pool size in tokens; always passed (without it SGLang sizes the pool from free memory)."""
+    max_total_tokens: int | None = None
+    """Device KV pool size in tokens. None: on CPU the named model's (`sglang_ext.models`: 4096 for tiny and
+    medium, 8192 for smollm2), `CPU_MAX_TOTAL_TOKENS` for a `model_path` (without it SGLang sizes a CPU pool from
+    free memory: 15.6 GB on a 24 GiB machine); on a GPU SGLang's sizing from `mem_fraction_static`, what a real
+    model needs."""
+    mem_fraction_static: float | None = None
+    """On a GPU: the fraction of its memory for weights and the KV pool (SGLang's `--mem-fraction-static`);
+    None: SGLang's default for the GPU and model."""
+    context_length: int | None = None
+    """SGLang's `--context-length`; None: the model's own."""
     page_size: int = 64
-    max_running_requests: int = 8
-    chunked_prefill_size: int = 1024
+    max_running_requests: int | None = None
+    """None: `CPU_MAX_RUNNING_REQUESTS` on CPU, SGLang's default on a GPU."""
+    chunked_prefill_size: int | None = None
+    """None: `CPU_CHUNKED_PREFILL_SIZE` on CPU, SGLang's default on a GPU."""
     served_model_name: str | None = None
     hierarchical_cache: bool = True
     """HiCache: a host-memory tier under the device pool, written through, and the L3 storage below."""
@@ -88,7 +118,24 @@ class WorkerConfig:
     log_level: str = "info"
     python: str | None = None
     """The interpreter that runs SGLang; None: this one."""
+    extension: bool = True
+    """Load sessiongate's plug-in (`SESSIONGATE_EXTENSION=1`); False: plain SGLang with the same flags, for
+    comparisons (`benchmarks.plugin_overhead`)."""
+    nccl_port: int | None = None
+    """The port of the worker's torch.distributed store (SGLang's `--nccl-port`, its only TCP port besides `port`
+    here); None: the launcher picks a free one and claims it (`sglang_ext.ports`), so workers started side by side
+    cannot take each other's ports."""
+    api_key: str | None = None
+    """SGLang's `--api-key`: every endpoint but `/health*` and `/metrics` (the extension's included) then wants
+    `Authorization: Bearer <key>`; the gateway sends `SESSIONGATE_WORKER_API_KEY`. Workers belong on a private
+    network all the same."""
     extra_args: tuple[str, ...] = ()
+
+    @property
+    def effective_max_total_tokens(self) -> int:
+        if self.max_total_tokens is not None:
+            return self.max_total_tokens
+        return MODELS[self.model_size].kv_tokens if self.model_path is None else CPU_MAX_TOTAL_TOKENS
 
     @property
     def effective_pool_dir(self) -> Path:
@@ -135,12 +182,15 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "host": str,
     "port": int,
     "device": str,
+    "gpu_id": _optional(str),
     "dtype": _optional(str),
     "cpu_threads": _optional(_positive),
-    "max_total_tokens": int,
+    "max_total_tokens": _optional(_positive),
+    "mem_fraction_static": _optional(float),
+    "context_length": _optional(_positive),
     "page_size": int,
-    "max_running_requests": int,
-    "chunked_prefill_size": int,
+    "max_running_requests": _optional(_positive),
+    "chunked_prefill_size": _optional(int),
     "served_model_name": _optional(str),
     "hierarchical_cache": _boolean,
     "hicache_ratio": float,
@@ -158,9 +208,13 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "log_file": _optional(Path),
     "log_level": str,
     "python": _optional(str),
+    "extension": _boolean,
+    "nccl_port": _optional(int),
+    "api_key": _optional(str),
 }
+_SECRET_FIELDS = ("api_key",)
 _CHOICES: dict[str, Sequence[str]] = {
-    "model_size": ("tiny", "medium"),
+    "model_size": MODEL_NAMES,
     "device": ("auto", "cpu", "cuda"),
     "prefetch_policy": ("best_effort", "wait_complete", "timeout"),
 }
@@ -186,7 +240,7 @@ def _build_parser(environ: Mapping[str, str], prog: str) -> argparse.ArgumentPar
             default=default,
             choices=_CHOICES.get(field.name),
             metavar=field.name.upper(),
-            help=f"(default: {default}; env {env_name})",
+            help=f"(default: {'<set>' if field.name in _SECRET_FIELDS and default else default}; env {env_name})",
         )
     return parser
 

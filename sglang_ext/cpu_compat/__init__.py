@@ -13,7 +13,10 @@ CUDA-only host pool code, the torch_native extend attention), using the pure-tor
 `activate()` themselves.
 
 Environment: `SESSIONGATE_CPU_COMPAT_DISABLE`, a comma-separated list of patch groups to leave out
-(`attention`, `hicache`), for measuring what a patch is worth.
+(`attention`, `hicache`), for measuring what a patch is worth; `SESSIONGATE_CPU_H2D_LAYER_DELAY_S`
+(tests only, default 0 = off): host-to-device loads finish that many seconds per layer after the call
+that started them, as on a GPU's copy stream (`deferred_copy`), so a reader that does not wait for a
+load reads pages that are not there yet.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from pathlib import Path
 from sglang_ext.cpu_compat.import_hooks import ImportHooks
 from sglang_ext.cpu_compat.torch_fixes import add_cpu_stream_sync, define_torchvision_op_schemas
 
-__all__ = ["DISABLE_ENV", "SITE_DIR", "activate", "activate_from_environ", "active_hooks"]
+__all__ = ["DISABLE_ENV", "H2D_DELAY_ENV", "SITE_DIR", "activate", "activate_from_environ", "active_hooks"]
 
 SITE_DIR = Path(__file__).resolve().parent / "site"
 DISABLE_ENV = "SESSIONGATE_CPU_COMPAT_DISABLE"
+H2D_DELAY_ENV = "SESSIONGATE_CPU_H2D_LAYER_DELAY_S"
 
 
 def active_hooks() -> ImportHooks | None:
@@ -36,7 +40,9 @@ def active_hooks() -> ImportHooks | None:
     return next((finder for finder in sys.meta_path if isinstance(finder, ImportHooks)), None)
 
 
-def activate(*, patch_sglang: bool = True, disabled: Collection[str] = ()) -> ImportHooks:
+def activate(
+    *, patch_sglang: bool = True, disabled: Collection[str] = (), h2d_layer_delay_s: float = 0.0
+) -> ImportHooks:
     """Install the compatibility hooks in this process (once; later calls return the first).
 
     `patch_sglang=False` installs the torch/torchvision fixes only: SGLang then imports but keeps
@@ -50,16 +56,22 @@ def activate(*, patch_sglang: bool = True, disabled: Collection[str] = ()) -> Im
         # Imported here: the table names SGLang's modules, and only this branch needs it.
         from sglang_ext.sglang_internals import cpu_patches
 
-        after.update(cpu_patches(disabled=frozenset(disabled)))
+        after.update(cpu_patches(disabled=frozenset(disabled), h2d_layer_delay_s=h2d_layer_delay_s))
     hooks = ImportHooks(before={"torchvision": define_torchvision_op_schemas}, after=after)
     hooks.install()
     return hooks
 
 
 def activate_from_environ(environ: Mapping[str, str] | None = None) -> ImportHooks:
-    """`activate()` with the patch groups named in `SESSIONGATE_CPU_COMPAT_DISABLE` left out."""
+    """`activate()` with the patch groups named in `SESSIONGATE_CPU_COMPAT_DISABLE` left out, and the
+    host-to-device delay of `SESSIONGATE_CPU_H2D_LAYER_DELAY_S`."""
     import os
 
     env = os.environ if environ is None else environ
     disabled = {name.strip() for name in env.get(DISABLE_ENV, "").split(",") if name.strip()}
-    return activate(disabled=disabled)
+    delay_text = env.get(H2D_DELAY_ENV, "").strip()
+    try:
+        delay = float(delay_text) if delay_text else 0.0
+    except ValueError:
+        raise ValueError(f"{H2D_DELAY_ENV} must be a number of seconds, got {delay_text!r}") from None
+    return activate(disabled=disabled, h2d_layer_delay_s=delay)

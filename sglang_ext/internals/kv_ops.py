@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_ext.kv_fate import KVFate
+from sglang_ext.pool_probe import PoolProbe
 
 __all__ = [
     "PYTHON_TREE_CORE_ENV",
@@ -51,7 +51,6 @@ logger = logging.getLogger(__name__)
 
 PYTHON_TREE_CORE_ENV = ("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")
 _FATE_ATTR = "_sessiongate_fate_order"
-_PAGE_FILE_HASH = re.compile(r"^[0-9a-f]+")
 
 
 class Unsupported(Exception):
@@ -308,28 +307,26 @@ def _storage_backend(cache: Any) -> Any:
     return None if controller is None else getattr(controller, "storage_backend", None)
 
 
-def pool_pages_present(cache: Any, hashes: list[str]) -> int:
-    """How many of the leading pages are in the L3 pool (0 without one)."""
+def pool_pages_present(cache: Any, hashes: list[str], probe: PoolProbe) -> int:
+    """How many of the leading pages are in the L3 pool (0 without one), asked on `probe`'s thread.
+
+    0 as well when the pool does not answer within the probe's wait: the scheduler never waits on a slow or
+    unreachable pool (a Mooncake master that is gone took ~4 s per call)."""
     backend = _storage_backend(cache)
     if backend is None or not hashes:
         return 0
-    return int(backend.batch_exists(hashes))
-
-
-def _file_backend_files(backend: Any) -> Iterator[tuple[str, str]]:
-    suffixes = (backend.config_suffix, backend.tp_config_suffix)
-    for name in os.listdir(backend.file_path):
-        if not name.endswith(".bin"):
-            continue
-        stem = name[: -len(".bin")]
-        # This worker's model and rank only (as the backend itself scans the directory); a page's
-        # file name starts with its hash, then `.pool` for a non-KV pool, then the suffix.
-        if stem.endswith(suffixes):
-            yield stem, os.path.join(backend.file_path, name)
+    present = probe.ask(lambda: int(backend.batch_exists(hashes)))
+    return present or 0
 
 
 def delete_pool_pages(cache: Any, hashes: list[str]) -> set[str]:
-    """Delete the pool's page files for these page hashes; the hashes whose pages went."""
+    """Delete the pool's page files for these page hashes; the hashes whose pages went.
+
+    Each file's name is computed from its hash as the backend names it (`_get_suffixed_key`: this worker's
+    model namespace and rank), so the cost is one `unlink` per page, never a listing of the pool directory
+    (which holds every worker's pages and would block the scheduler for as long as it takes to read it).
+    The models served here keep KV pages only; other pools' pages (Mamba state) are not deleted.
+    """
     backend = _storage_backend(cache)
     if backend is None or not hashes:
         return set()
@@ -337,17 +334,14 @@ def delete_pool_pages(cache: Any, hashes: list[str]) -> set[str]:
 
     if not isinstance(backend, HiCacheFile):
         raise Unsupported(f"deleting pages from the {type(backend).__name__} pool is not implemented")
-    wanted = set(hashes)
     deleted: set[str] = set()
-    for stem, path in _file_backend_files(backend):
-        match = _PAGE_FILE_HASH.match(stem)
-        if match is None or match.group(0) not in wanted:
-            continue
+    for page_hash in dict.fromkeys(hashes):
+        stem = backend._get_suffixed_key(page_hash)
         try:
-            os.remove(path)
+            os.remove(os.path.join(backend.file_path, f"{stem}.bin"))
         except FileNotFoundError:
             continue
-        deleted.add(match.group(0))
+        deleted.add(page_hash)
         if backend.metadata_cache is not None:
             backend.metadata_cache.remove(stem)
         # The evictor's own bookkeeping for a file that is gone: `abort` drops the entry and

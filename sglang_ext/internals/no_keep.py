@@ -3,14 +3,15 @@
 A request whose SGLang `rid` starts with `protocol.NO_KEEP_RID_PREFIX` (the gateway's
 `X-Sessiongate-Keep: false`) runs like any other, with one difference in what stays afterwards:
 
-- seen in the waiting queue (the tick after its arrival), it is registered with the length of the
+- as it joins the waiting queue (`admit`, from a hook on SGLang's `_add_request_to_queue`: once per
+  request, not a scan of the queue per loop iteration), it is registered with the length of the
   context the tree already held for it (`floor_tokens`): that prefix is shared, and stays;
 - its own pages (past that prefix) are never written to the L3 pool: the cache's
   `write_backup_storage` (which SGLang calls when a page's host copy is done) skips them while the
   request is registered;
 - once it has finished, its own pages are dropped from device and host (`kv_ops.drop_pages`
-  with the floor), retried each tick while a lock (the write-through to host) still holds them,
-  for `SETTLE_S` after the finish; a page it shares with a context cached meanwhile stays.
+  with the floor), retried every few tens of milliseconds while a lock (the write-through to host)
+  still holds them, for `SETTLE_S` after the finish; a page it shares with a context cached meanwhile stays.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ class NoKeepRequests:
     def __len__(self) -> int:
         return len(self._requests)
 
-    def admit(self, waiting_queue: list[Any], now: float) -> None:
-        for req in waiting_queue:
+    def admit(self, arrived: list[Any], now: float) -> None:
+        for req in arrived:
             rid = str(req.rid)
             if rid.startswith(NO_KEEP_RID_PREFIX) and rid not in self._requests:
                 pages = kv_ops.session_pages(

@@ -6,7 +6,12 @@ Hooks (SGLang's `HookRegistry`, applied by its plug-in loader before the schedul
   route `ipc.SessiongateCall` to it, and make the idle wait poll while KV moves (`idle_wait`);
 - AFTER `Scheduler.ingest_requests` (called once per event-loop iteration, busy or idle): advance
   the prefetches in flight and sample the engine's own step counters (tokens prefilled and generated,
-  against the microseconds its prefill and decode steps took) into the speed meters.
+  against the microseconds its prefill and decode steps took) into the speed meters;
+- AFTER `Scheduler._add_request_to_queue`: a no-keep request is registered as it arrives (`no_keep`);
+- AFTER `Scheduler.get_new_batch_prefill`: a new prefill batch that reads pages a prefetch copy is still
+  loading waits for that copy (`SchedulerExtension.guard_new_batch`);
+- AFTER `cache_controller.storage_model_name`: the pool's keys are namespaced by model, KV dtype, page
+  size, layout and KV shape (`sglang_ext.pool_namespace`).
 
 A prefetch uses UnifiedRadixCache's own machinery, as a request's admission does, minus the
 request: `match_prefix` (what is resident), `prefetch_from_storage` + `check_prefetch_progress`
@@ -32,13 +37,17 @@ from array import array
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from sglang_ext import parallelism
 from sglang_ext.internals import idle_wait, kv_ops
 from sglang_ext.internals.ipc import SessiongateCall, SessiongateReply
 from sglang_ext.internals.no_keep import NoKeepRequests
 from sglang_ext.kv_budget import DemandItem, device_prefetch_quota
 from sglang_ext.kv_fate import KVFate
 from sglang_ext.load_metrics import LoadGauges
+from sglang_ext.pool_namespace import PoolLayout, model_fingerprint, namespaced_model_name
+from sglang_ext.pool_probe import PoolProbe
 from sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
+from sglang_ext.protocol import NO_KEEP_RID_PREFIX
 from sglang_ext.rate_meter import RateMeter
 
 __all__ = ["SCHEDULER_MODULE", "SchedulerExtension", "install_scheduler_hooks"]
@@ -46,10 +55,11 @@ __all__ = ["SCHEDULER_MODULE", "SchedulerExtension", "install_scheduler_hooks"]
 logger = logging.getLogger(__name__)
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+CACHE_CONTROLLER_MODULE = "sglang.srt.managers.cache_controller"
 _EXTENSION_ATTR = "_sessiongate_extension"
 _SAMPLE_INTERVAL_S = 0.05
 
-Phase = Literal["storage", "resident", "load_back", "settled"]
+Phase = Literal["storage", "resident", "awaiting_load", "load_back", "settled"]
 
 
 class CallError(Exception):
@@ -75,6 +85,18 @@ class _Job:
 
 
 @dataclass(frozen=True)
+class _Copy:
+    """A host -> device copy a prefetch started, until SGLang acknowledges it (scheduler thread only)."""
+
+    node: Any
+    token_ids: array[int]
+    cache_salt: str | None
+    start: int
+    """Where the loaded pages begin in the context (tokens): a context's device-resident part is a
+    prefix of it, so the load covers what follows."""
+
+
+@dataclass(frozen=True)
 class _Residency:
     device_tokens: int
     host_tokens: int
@@ -95,9 +117,12 @@ class SchedulerExtension:
         self._scheduler = scheduler
         self._book = PrefetchBook()
         self._jobs: dict[str, _Job] = {}
+        self._copies: list[_Copy] = []
+        self._pool_probe = PoolProbe()
         self._prefill = RateMeter()
         self._decode = RateMeter()
         self._last_sample = 0.0
+        self._last_settle = 0.0
         self._attempts = 0
         self._gauges = LoadGauges.create() if _metrics_enabled() else None
         self._fate = KVFate()
@@ -273,19 +298,8 @@ class SchedulerExtension:
             job.phase = "resident"
         if job.phase == "resident":
             residency = self._residency(job)
-            if record.target == "device" and residency.host_tokens > 0:
-                quota = self._device_quota()
-                if cache.load_back(residency.best_match_node, mem_quota=quota):
-                    cache.ready_to_load_host_cache()
-                    job.load_node = residency.best_match_node
-                    job.phase = "load_back"
-                    record = record.updated(
-                        bytes_loaded=record.bytes_loaded + residency.host_tokens * self._bytes_per_token()
-                    )
-                else:
-                    job.phase = "settled"
-            else:
-                job.phase = "settled"
+            # Loads start from the tick, a bounded number at a time (`_start_loads`).
+            job.phase = "awaiting_load" if record.target == "device" and residency.host_tokens > 0 else "settled"
         if job.phase == "load_back" and job.load_node not in cache.ongoing_load_back:
             job.phase = "settled"
         if job.phase == "settled":
@@ -296,6 +310,74 @@ class SchedulerExtension:
             except Exception:  # the prefetch is done; its pages merely rank as any others
                 logger.exception("sessiongate prefetch %s: marking its pages failed", prefetch_id)
         self._book.put(record)
+
+    def _loading(self) -> list[_Copy]:
+        """The prefetch copies not yet acknowledged (a cancelled prefetch's copy still runs)."""
+        ongoing = self._cache.ongoing_load_back
+        self._copies = [copy for copy in self._copies if copy.node in ongoing]
+        return self._copies
+
+    def _start_loads(self) -> None:
+        """Start the host -> device loads of the prefetches waiting for one, as one copy.
+
+        SGLang tracks a load's completion in a ring of `LayerDoneCounter.num_counters` (3) slots and
+        asserts, on reuse, that the slot's previous copy has finished; its own batches take one slot
+        each and rely on the next batches having waited for it. A copy no batch waits for can still
+        be running when its slot comes round again, so prefetches take one slot at a time: a new one
+        only once the previous prefetch copy is acknowledged and a slot is free; the rest wait here.
+        Several prefetches waiting together share that one copy (SGLang merges queued loads).
+        """
+        waiting = [(prefetch_id, job) for prefetch_id, job in self._jobs.items() if job.phase == "awaiting_load"]
+        if not waiting or self._loading() or not self._cache.has_free_load_back_slot():
+            return
+        started = False
+        for prefetch_id, job in waiting:
+            residency = self._residency(job)
+            if residency.host_tokens > 0 and self._cache.load_back(
+                residency.best_match_node, mem_quota=self._device_quota()
+            ):
+                job.load_node = residency.best_match_node
+                job.phase = "load_back"
+                self._copies.append(_Copy(job.load_node, job.token_ids, job.cache_salt, residency.device_tokens))
+                record = self._record(prefetch_id)
+                loaded = residency.host_tokens * self._bytes_per_token()
+                self._book.put(record.updated(bytes_loaded=record.bytes_loaded + loaded))
+                started = True
+            else:
+                job.phase = "settled"
+        if started:
+            self._cache.ready_to_load_host_cache()
+
+    def guard_new_batch(self, batch: Any) -> None:
+        """Make a new prefill batch wait for the prefetch copies whose pages it reads.
+
+        `load_back` puts the pages in the tree as device-resident at once, while the copy runs on
+        the host-to-device stream. A request the scheduler loads for itself gets the batch's
+        consumer index and the forward waits layer by layer; a request whose prefix a prefetch has
+        already placed starts no load of its own and would read the pages half-written. Such a
+        batch waits for the newest load on that stream, which finishes after every earlier one.
+        """
+        loading = self._loading()
+        if batch is None or not loading or getattr(batch, "hicache_consumer_index", 0) >= 0:
+            return
+        if not any(self._reads_loading_pages(req, loading) for req in batch.reqs):
+            return
+        index = int(self._cache.cache_controller.layer_done_counter.producer_index)
+        if index >= 0 and not self._cache.is_load_back_event_done(index):
+            batch.hicache_consumer_index = index
+
+    def _reads_loading_pages(self, req: Any, loading: list[_Copy]) -> bool:
+        page = self._page_size
+        prefix_len = int(getattr(req, "prefix_len", 0))
+        for copy in loading:
+            if prefix_len <= copy.start or req.cache_salt != copy.cache_salt:
+                continue
+            # The request's device prefix reaches past where the load begins; it goes through the
+            # loaded nodes if it agrees with the prefetched context up to the first loaded page.
+            shared = min(prefix_len, copy.start + page)
+            if list(req.origin_input_ids[:shared]) == list(copy.token_ids[:shared]):
+                return True
+        return False
 
     def _mark_prefetched(self, job: _Job, record: PrefetchRecord) -> None:
         """The nodes this prefetch inserted go first under pressure until a request uses them."""
@@ -328,7 +410,7 @@ class SchedulerExtension:
         self._fate.hold(pages.nodes, int(body["priority"]), ttl_s, time.monotonic())
         device, host = kv_ops.tier_tokens(pages)
         hashes = kv_ops.context_page_hashes(token_ids, cache_salt, self._page_size)
-        in_pool = kv_ops.pool_pages_present(self._cache, hashes) * self._page_size
+        in_pool = kv_ops.pool_pages_present(self._cache, hashes, self._pool_probe) * self._page_size
         return self._kv_result(
             body, "retain", len(token_ids), device_tokens=device, host_tokens=host, storage_tokens=in_pool
         )
@@ -381,14 +463,32 @@ class SchedulerExtension:
     # --- per iteration -----------------------------------------------------------------------
 
     def tick(self) -> None:
-        if self._no_keep is not None:
-            try:
-                now = time.monotonic()
-                self._no_keep.admit(self._scheduler.waiting_queue, now)
-                if len(self._no_keep):
+        if self._no_keep is not None and len(self._no_keep):
+            # Their pages are looked for every few tens of milliseconds, not on every iteration of the loop.
+            now = time.monotonic()
+            if now - self._last_settle >= _SAMPLE_INTERVAL_S:
+                self._last_settle = now
+                try:
                     self._no_keep.settle(now)
-            except Exception:  # the engine raised: the request's pages stay cached, keep serving
-                logger.exception("sessiongate no-keep upkeep failed")
+                except Exception:  # the engine raised: the request's pages stay cached, keep serving
+                    logger.exception("sessiongate no-keep upkeep failed")
+        self._advance_all()
+        if any(job.phase == "awaiting_load" for job in self._jobs.values()):
+            try:
+                self._start_loads()
+            except Exception:  # the engine raised: these prefetches fail below, the engine keeps serving
+                logger.exception("sessiongate prefetch loads failed to start")
+                for job in self._jobs.values():
+                    if job.phase == "awaiting_load":
+                        job.phase = "settled"
+            self._advance_all()  # those that settled instead of loading
+        now = time.monotonic()
+        if now - self._last_sample >= _SAMPLE_INTERVAL_S:
+            self._last_sample = now
+            self._sample()
+            self._fate.sweep(now)
+
+    def _advance_all(self) -> None:
         for prefetch_id in list(self._jobs):
             try:
                 self._advance(prefetch_id)
@@ -399,11 +499,6 @@ class SchedulerExtension:
                     self._cache.release_aborted_request(job.handle)
                 record = self._record(prefetch_id)
                 self._book.put(record.updated(state="failed", error=repr(error), finished_at=time.time()))
-        now = time.monotonic()
-        if now - self._last_sample >= _SAMPLE_INTERVAL_S:
-            self._last_sample = now
-            self._sample()
-            self._fate.sweep(now)
 
     def _sample(self) -> None:
         # Cumulative counters SGLang keeps per step (`Scheduler._record_step_counters`); their clocks are busy
@@ -415,6 +510,17 @@ class SchedulerExtension:
         self._decode.observe(decode[2] / 1e6, int(decode[5]))
         if self._gauges is not None:
             self._gauges.update(self.stats())
+
+    def admit_request(self, req: Any) -> None:
+        """A request has just joined the waiting queue (once per request, not per loop iteration)."""
+        # Only one that was queued (SGLang refuses some requests inside `_add_request_to_queue`).
+        if self._no_keep is not None and str(req.rid).startswith(NO_KEEP_RID_PREFIX):
+            if not any(queued is req for queued in self._scheduler.waiting_queue):
+                return
+            try:
+                self._no_keep.admit([req], time.monotonic())
+            except Exception:  # the engine raised: the request's pages stay cached, keep serving
+                logger.exception("sessiongate no-keep admission failed")
 
     def moves_in_flight(self) -> bool:
         """KV copies the scheduler loop must keep polling for: the cache's own, and the prefetches'."""
@@ -437,7 +543,13 @@ class SchedulerExtension:
 
 
 def _after_init_request_dispatcher(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    from sglang.srt.runtime_context import get_server_args
     from sglang.utils import TypeBasedDispatcher
+
+    server_args = get_server_args()
+    refused = parallelism.refusal(int(server_args.tp_size), int(server_args.pp_size), int(server_args.dp_size))
+    if refused is not None:
+        raise RuntimeError(refused)  # the scheduler fails to start: the server exits with this in its log
 
     extension = SchedulerExtension(scheduler)
     setattr(scheduler, _EXTENSION_ATTR, extension)
@@ -451,6 +563,38 @@ def _after_ingest_requests(result: Any, scheduler: Any, *args: Any, **kwargs: An
         extension.tick()
 
 
+def _after_add_request_to_queue(result: Any, scheduler: Any, req: Any, *args: Any, **kwargs: Any) -> None:
+    extension: SchedulerExtension | None = getattr(scheduler, _EXTENSION_ATTR, None)
+    if extension is not None:
+        extension.admit_request(req)
+
+
+def _after_get_new_batch_prefill(result: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    extension: SchedulerExtension | None = getattr(scheduler, _EXTENSION_ATTR, None)
+    if extension is not None and result is not None:
+        extension.guard_new_batch(result.batch_to_run)
+
+
+_KV_SHAPE_ATTRS = ("layer_num", "head_num", "head_dim", "kv_lora_rank", "qk_rope_head_dim", "size_per_token")
+
+
+def _namespaced_storage_model_name(result: Any, model_name: Any, host_pool: Any, *args: Any, **kwargs: Any) -> str:
+    """AFTER SGLang's `storage_model_name`: the name every storage backend keys pages on, namespaced by how this
+    worker lays its KV out (`pool_namespace`)."""
+    from sglang.srt.runtime_context import get_server_args
+
+    layout = PoolLayout(
+        model=model_fingerprint(str(get_server_args().model_path)),
+        kv_dtype=str(getattr(host_pool, "dtype", None)),
+        page_size=int(getattr(host_pool, "page_size", 0)),
+        layout=str(getattr(host_pool, "layout", None)),
+        kv_shape=tuple(int(getattr(host_pool, name)) for name in _KV_SHAPE_ATTRS if hasattr(host_pool, name)),
+    )
+    name = namespaced_model_name(result, layout)
+    logger.info("sessiongate: this worker's pages in the shared pool are keyed %s (%s)", name, layout)
+    return name
+
+
 def install_scheduler_hooks() -> bool:
     """Register the scheduler hooks, in a process that runs a scheduler; True if registered."""
     if SCHEDULER_MODULE not in sys.modules:
@@ -461,4 +605,13 @@ def install_scheduler_hooks() -> bool:
         f"{SCHEDULER_MODULE}.Scheduler.init_request_dispatcher", _after_init_request_dispatcher, HookType.AFTER
     )
     HookRegistry.register(f"{SCHEDULER_MODULE}.Scheduler.ingest_requests", _after_ingest_requests, HookType.AFTER)
+    HookRegistry.register(
+        f"{SCHEDULER_MODULE}.Scheduler.get_new_batch_prefill", _after_get_new_batch_prefill, HookType.AFTER
+    )
+    HookRegistry.register(
+        f"{SCHEDULER_MODULE}.Scheduler._add_request_to_queue", _after_add_request_to_queue, HookType.AFTER
+    )
+    HookRegistry.register(
+        f"{CACHE_CONTROLLER_MODULE}.storage_model_name", _namespaced_storage_model_name, HookType.AFTER
+    )
     return True

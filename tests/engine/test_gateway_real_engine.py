@@ -17,6 +17,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
+from sdk._sse import parse_events
 from sessiongate.demo import WEATHER_TOOL
 from sglang_ext.launcher import WorkerProcess
 
@@ -42,9 +43,9 @@ async def gateway(
 
 
 def _events(text: str) -> list[dict[str, Any]]:
-    payloads = [line[6:] for line in text.split("\n\n") if line.startswith("data: ")]
-    assert payloads[-1] == "[DONE]"
-    return [orjson.loads(p) for p in payloads[:-1]]
+    events = parse_events(text)
+    assert events[-1].done
+    return [event.json() for event in events[:-1]]
 
 
 async def test_multi_turn_session_with_a_tool_call(gateway: httpx.AsyncClient) -> None:

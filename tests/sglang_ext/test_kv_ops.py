@@ -419,7 +419,7 @@ def test_a_no_keep_request_leaves_only_the_prefix_it_shared(
     assert consumer.extension._no_keep is not None
     scheduler = consumer.extension._scheduler
     scheduler.waiting_queue = [request]
-    consumer.extension.tick()  # it arrives
+    consumer.extension.admit_request(request)  # it arrives (SGLang's `_add_request_to_queue`, hooked)
     scheduler.waiting_queue = []
     consumer.insert(prompt + output)  # what the request leaves in the tree, written through to host
 

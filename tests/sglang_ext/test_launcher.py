@@ -109,7 +109,7 @@ def test_cuda_command_and_env_leave_sglang_alone(tmp_path: Path) -> None:
     assert flag_value(command, "--tool-call-parser") == "qwen25"
     assert "--constrained-json-disable-any-whitespace" not in command
     env = build_env(config, {"PATH": "/usr/bin"})
-    assert env == {"PATH": "/usr/bin"}
+    assert env == {"PATH": "/usr/bin", "SESSIONGATE_EXTENSION": "1"}  # only the plug-in's switch
 
 
 def test_options_reach_the_command(tmp_path: Path) -> None:
@@ -229,3 +229,20 @@ def test_a_mooncake_master_listens_on_the_configured_address_only(tmp_path: Path
     worker = master.pool_of(WorkerConfig(state_dir=tmp_path))
     assert (worker.storage_backend, worker.mooncake_master) == ("mooncake", "127.0.0.1:5001")
     assert worker.mooncake_metadata_server == "http://127.0.0.1:5002/metadata"
+
+
+def test_smollm2_is_a_named_model_with_its_own_kv_pool_and_the_tool_template(tmp_path: Path) -> None:
+    config = parse_worker_config(["--model-size", "smollm2", "--state-dir", str(tmp_path), "--device", "cpu"], {})
+    assert config.model_size == "smollm2"
+    command = build_command(config)
+    assert flag_value(command, "--model-path") == str(tmp_path / "models" / "smollm2")
+    assert flag_value(command, "--max-total-tokens") == "8192"  # the model's full context
+    assert flag_value(command, "--tool-call-parser") == TINY_TOOL_CALL_PARSER  # sessiongate's template
+    assert resolve_config(config).max_total_tokens == 8192
+    assert parse_worker_config(["--max-total-tokens", "1024", "--model-size", "smollm2"], {}).max_total_tokens == 1024
+    # Nothing is known of another model's KV: the conservative pool.
+    other = build_command(WorkerConfig(model_path=tmp_path / "elsewhere", state_dir=tmp_path, device="cpu"))
+    assert flag_value(other, "--max-total-tokens") == "4096"
+    assert "--tool-call-parser" not in other
+    with pytest.raises(SystemExit):
+        parse_worker_config(["--model-size", "llama-70b"], {})
