@@ -35,6 +35,7 @@ from benchmarks.prefetch_bench import VOCAB, _context
 from benchmarks.processes import free_port
 from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.worker_process import wait_all_ready
 
 __all__ = ["Timings", "batch_seconds", "decode_step_s", "main", "measure", "prefill_s"]
 
@@ -139,8 +140,7 @@ def measure(
                 log_file=state / "logs" / f"{setting.replace(' ', '-')}-{i}.log",
             )
             started.append(start_worker(config))
-        for worker in started:
-            worker.wait_ready(600)
+        wait_all_ready(started, 600)  # fails as soon as any one worker fails
         urls = [w.url for w in started]
         vocab = VOCAB[model_size]
         rng = random.Random(7)

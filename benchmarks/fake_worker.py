@@ -4,7 +4,9 @@ For tests and benchmarks about the gateway's own logic: answers are deterministi
 as configured), usage and the cache report follow SGLang's wire format (`usage.prompt_tokens_details`,
 `sglext.cached_tokens_details` when `return_cached_tokens_details` is set, a separate `sglext` chunk and a
 usage chunk in streams), and a prefix cache over whitespace tokens makes `cached_tokens` behave like a radix
-cache: a prompt that extends an earlier one reports the shared part as cached. Faults are switched on through
+cache: a prompt that extends an earlier one reports the shared part as cached. As in SGLang, the request's
+`cache_salt` is part of every key: a salted prompt only matches prompts sent with the same salt (and an unsalted
+one only unsalted ones). Faults are switched on through
 `FakeWorkerBehaviour`. Run standalone with `python -m benchmarks.fake_worker --port 31001`.
 
 It also speaks the sessiongate extension (`sglang_ext.protocol`, unless `extension=False`: then 404): the load
@@ -58,7 +60,8 @@ class FakeWorkerBehaviour:
     hang: bool = False
     healthy: bool = True
     requests: list[dict[str, Any]] = field(default_factory=list)
-    # Prompts this worker has seen (its device cache), and prompts any worker sharing `pool` has seen.
+    # Prompts this worker has seen (its device cache), and prompts any worker sharing `pool` has seen. Each
+    # entry is a cache key: the request's cache salt ("" for none) followed by the prompt's tokens.
     device: list[tuple[str, ...]] = field(default_factory=list)
     pool: list[tuple[str, ...]] = field(default_factory=list)
     host: list[tuple[str, ...]] = field(default_factory=list)
@@ -74,9 +77,11 @@ class FakeWorkerBehaviour:
     # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
     # (the cache model's lookup scans every prompt seen); for throughput benchmarks.
     prefix_cache: bool = True
+    # SGLang's `--api-key`: when set, every route but /health and /metrics wants `Authorization: Bearer <key>`.
+    api_key: str = ""
 
     def cache_hit(self, tokens: tuple[str, ...]) -> dict[str, int]:
-        """Where the longest cached prefix of `tokens` comes from, like SGLang's cache report."""
+        """Where the longest cached prefix of the key `tokens` (salt first) comes from, like SGLang's report."""
         if not self.prefix_cache:
             return {"device": 0, "host": 0, "storage": 0}
         on_device = self._longest(self.device, tokens)
@@ -87,10 +92,13 @@ class FakeWorkerBehaviour:
         return {"device": on_device, "host": in_host, "storage": in_pool}
 
     def _longest(self, seen: list[tuple[str, ...]], tokens: tuple[str, ...]) -> int:
+        """Prompt tokens (the salt not counted) of the longest prefix of key `tokens` that `seen` holds."""
         best = 0
         for earlier in seen:
+            if not earlier or not tokens or earlier[0] != tokens[0]:
+                continue  # another salt: SGLang's radix tree never matches across salts
             n = 0
-            for a, b in zip(earlier, tokens, strict=False):
+            for a, b in zip(earlier[1:], tokens[1:], strict=False):
                 if a != b:
                     break
                 n += 1
@@ -99,7 +107,9 @@ class FakeWorkerBehaviour:
 
 
 def _prompt_tokens(body: dict[str, Any]) -> tuple[str, ...]:
-    words: list[str] = []
+    """The request's cache key: its cache salt ("" without one), then its prompt's whitespace tokens."""
+    salt = body.get("cache_salt")
+    words: list[str] = [salt if isinstance(salt, str) else ""]
     for message in body.get("messages") or []:
         words.append(f"<{message.get('role')}>")
         content = message.get("content")
@@ -144,7 +154,15 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
         return Response(status_code=200 if b.healthy else 503)
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": b.model, "object": "model", "owned_by": "fake"}]})
+        return JSONResponse({"object": "list", "data": [{"id": b.model, "object": "model", "owned_by": "sglang"}]})
+
+    # What SGLang's model gateway (`smg`) reads when it registers a worker: with them it identifies the fake as
+    # an SGLang engine, as it does a real worker, instead of falling back to a generic OpenAI backend.
+    async def server_info(request: Request) -> Response:
+        return JSONResponse({"model_path": b.model, "served_model_name": b.model, "tp_size": 1, "dp_size": 1})
+
+    async def model_info(request: Request) -> Response:
+        return JSONResponse({"model_path": b.model, "tokenizer_path": None, "is_generation": True})
 
     async def chat(request: Request) -> Response:
         b.running += 1
@@ -174,10 +192,11 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
         cached = sum(hit.values())
         words = _reply_words(body)
         call = _tool_call(body)
+        prompt_tokens = len(prompt) - 1  # the key's salt is no token
         usage = {
-            "prompt_tokens": len(prompt),
+            "prompt_tokens": prompt_tokens,
             "completion_tokens": len(words),
-            "total_tokens": len(prompt) + len(words),
+            "total_tokens": prompt_tokens + len(words),
             "prompt_tokens_details": {"cached_tokens": cached},
         }
         # As SGLang: no cache report at all for a prompt without hits.
@@ -202,14 +221,27 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
             return JSONResponse(answer)
         return StreamingResponse(_stream(b, body, rid, words, call, usage, details), media_type="text/event-stream")
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/health", health),
             Route("/v1/models", models),
+            Route("/server_info", server_info),
+            Route("/model_info", model_info),
             Route("/v1/chat/completions", chat, methods=["POST"]),
             *_extension_routes(b),
         ]
     )
+
+    @app.middleware("http")
+    async def api_key(request: Request, call_next: Any) -> Response:
+        # As SGLang's api-key middleware: health and metrics are open, everything else answers 401.
+        open_path = request.url.path.startswith(("/health", "/metrics"))
+        if b.api_key and not open_path and request.headers.get("authorization") != f"Bearer {b.api_key}":
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        response: Response = await call_next(request)
+        return response
+
+    return app
 
 
 def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
@@ -222,7 +254,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
     async def load(request: Request) -> Response:
         if not b.extension:
             return missing()
-        used = sum(len(t) for t in b.device)
+        used = sum(len(t) - 1 for t in b.device)
         report = LoadReport(
             at=time.time(),
             running_requests=b.running,
@@ -242,7 +274,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
         if entry["state"] == "queued" and time.monotonic() - entry["created"] >= b.prefetch_delay_s:
             tokens: tuple[str, ...] = entry["tokens"]
             available = b._longest(b.pool, tokens)
-            (b.device if entry["target"] == "device" else b.host).append(tokens[:available])
+            (b.device if entry["target"] == "device" else b.host).append(tokens[: available + 1])
             entry.update(state="done", available=available, finished_at=time.time())
         available = entry.get("available", 0)
         return PrefetchStatus(
@@ -250,11 +282,11 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             session_id=entry["session_id"],
             state=entry["state"],
             target=entry["target"],
-            tokens=len(entry["tokens"]),
-            pages_requested=len(entry["tokens"]),
+            tokens=len(entry["tokens"]) - 1,
+            pages_requested=len(entry["tokens"]) - 1,
             pages_in_host=available if entry["target"] == "host" else 0,
             pages_on_device=available if entry["target"] == "device" else 0,
-            pages_unavailable=len(entry["tokens"]) - available if entry["state"] == "done" else 0,
+            pages_unavailable=len(entry["tokens"]) - 1 - available if entry["state"] == "done" else 0,
             bytes_loaded=available * 1024,
             created_at=entry["created_wall"],
             finished_at=entry.get("finished_at"),
@@ -269,7 +301,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             error = {"message": str(exc), "type": "invalid_request_error", "code": "invalid_body"}
             return JSONResponse({"error": error}, status_code=400)
         prefetch_id = f"pf_{len(b.prefetches) + 1}"
-        tokens = _prompt_tokens({"messages": body.messages or []})
+        tokens = _prompt_tokens({"messages": body.messages or [], "cache_salt": body.cache_salt})
         b.prefetches[prefetch_id] = {
             "session_id": body.session_id,
             "tokens": tokens,
@@ -281,7 +313,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
         }
         current = status(prefetch_id)
         accepted = PrefetchAccepted(
-            prefetch_id=prefetch_id, session_id=body.session_id, tokens=len(tokens), state=current.state
+            prefetch_id=prefetch_id, session_id=body.session_id, tokens=len(tokens) - 1, state=current.state
         )
         return Response(accepted.model_dump_json(), status_code=202, media_type="application/json")
 
@@ -300,9 +332,10 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
         if operation not in ("retain", "drop"):
             return missing()
         body = SessionKVRequest.model_validate_json(await request.body())
-        tokens = _prompt_tokens({"messages": body.messages or []})
+        tokens = _prompt_tokens({"messages": body.messages or [], "cache_salt": body.cache_salt})
         found = {name: b._longest(getattr(b, name), tokens) for name in ("device", "host", "pool")}
         if operation == "drop":
+            # Only keys under the same salt can be this session's: another salt's identical prompt stays.
             for name in ("device", "host", "pool"):
                 kept = [t for t in getattr(b, name) if t[: len(tokens)] != tokens[: len(t)]]
                 getattr(b, name)[:] = kept
@@ -310,7 +343,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
         result = KVOpResult(
             session_id=session_id,
             operation=operation,
-            tokens=len(tokens),
+            tokens=len(tokens) - 1,
             device_tokens=found["device"],
             host_tokens=found["host"],
             storage_tokens=found["pool"],

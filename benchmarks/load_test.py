@@ -28,6 +28,7 @@ import httpx
 import orjson
 from sqlalchemy import text
 
+from sdk._sse import aiter_events
 from sessions import create_engine
 
 from .processes import FakeWorkerProcess, GatewayServer
@@ -140,11 +141,11 @@ async def _turn(
         if response.status_code != 200:
             raise RuntimeError(f"status_{response.status_code}")
         done = False
-        async for line in response.aiter_lines():
-            if line == "data: [DONE]":
+        async for event in aiter_events(response.aiter_lines()):
+            if event.done:
                 done = True
-            elif line.startswith("data: {"):
-                chunk = orjson.loads(line[6:])
+            else:
+                chunk = event.json()
                 if "error" in chunk:
                     raise RuntimeError("error_event")
                 for choice in chunk.get("choices") or ():

@@ -37,15 +37,18 @@ from typing import Any, Literal, cast
 
 import httpx
 
+from sdk._sse import iter_events
 from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.models import MODEL_NAMES, MODELS
 from sglang_ext.protocol import PREFETCH_PATH, PrefetchStatus
+from sglang_ext.worker_process import wait_all_ready
 
 __all__ = ["main"]
 
 Case = Literal["recompute", "pool", "host", "device"]
 CASES: tuple[Case, ...] = ("recompute", "pool", "host", "device")
-VOCAB = {"tiny": 512, "medium": 1024}
+VOCAB = {name: model.shape.vocab_size for name, model in MODELS.items()}
 
 
 @dataclass(frozen=True)
@@ -145,8 +148,8 @@ def _decode_rate(b: httpx.Client, vocab: int, tokens: int, during: Any = None) -
     stamps: list[float] = []
     worker: threading.Thread | None = None
     with b.stream("POST", "/generate", json=body) as response:
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
+        for event in iter_events(response.iter_lines()):
+            if not event.done:
                 stamps.append(time.perf_counter())
                 if len(stamps) == 5 and during is not None:
                     worker = threading.Thread(target=during)
@@ -160,7 +163,7 @@ def _decode_rate(b: httpx.Client, vocab: int, tokens: int, during: Any = None) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-size", choices=("tiny", "medium"), default="medium")
+    parser.add_argument("--model-size", "--model", dest="model_size", choices=MODEL_NAMES, default="medium")
     parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--suffix", type=int, default=32, help="new tokens of the next turn")
@@ -192,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for config in configs:
             workers.append(start_worker(config))
-        for worker in workers:
-            worker.wait_ready(600)
+        wait_all_ready(workers, 600)  # fails as soon as any one worker fails
         return _run(args, workers, pool)
     finally:
         for worker in workers:

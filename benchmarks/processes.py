@@ -1,9 +1,10 @@
 """Real processes for load tests and fault tests: fake workers and the gateway, each its own OS process.
 
 `FakeWorkerProcess` runs `python -m benchmarks.fake_worker`, `GatewayServer` runs `sessiongate serve` (uvicorn,
-uvloop, httptools: what production runs), `SglangRouterProcess` runs SGLang's own router (the `sglang-router`
-wheel, Rust) for comparisons. All log to a file, are started in their own process group and are stopped by their
-pid only; `kill()` sends SIGKILL (a crash), `pause()`/`resume()` SIGSTOP/SIGCONT (a hang).
+uvloop, httptools: what production runs), `SmgProcess` runs SGLang's model gateway (`smg`, Rust: the router's
+current home) and `SglangRouterProcess` its predecessor (the `sglang-router` 0.3.2 wheel) for comparisons.
+All log to a file, are started in their own process group and are stopped by their pid only; `kill()` sends
+SIGKILL (a crash), `pause()`/`resume()` SIGSTOP/SIGCONT (a hang).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,9 +28,11 @@ __all__ = [
     "GatewayServer",
     "ManagedProcess",
     "SglangRouterProcess",
+    "SmgProcess",
     "free_port",
     "local_gateway_env",
     "sglang_router_installed",
+    "smg_installed",
 ]
 
 
@@ -196,4 +200,36 @@ class SglangRouterProcess(ManagedProcess):
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         # /health answers before the workers are registered; /readiness only once one can be routed to.
+        self.wait_http(f"{self.url}/readiness", timeout_s)
+
+
+def smg_installed() -> bool:
+    return shutil.which("smg", path=str(Path(sys.executable).parent)) is not None or shutil.which("smg") is not None
+
+
+class SmgProcess(ManagedProcess):
+    """SGLang's model gateway (`smg launch`, the `smg` wheel, Rust) in front of `workers`.
+
+    `policy="manual"` routes by the `x-smg-routing-key` header, each key sticking to one worker (session
+    persistence); `cache_aware` is its prefix-tree policy. Its Prometheus listener gets a free port of its own.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        workers: list[str],
+        policy: str = "manual",
+        log_level: str = "warn",
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        smg = shutil.which("smg", path=str(Path(sys.executable).parent)) or "smg"
+        command = [smg, "launch", "--host", "127.0.0.1", "--port", str(self.port)]
+        command += ["--worker-urls", *workers, "--policy", policy, "--log-level", log_level]
+        command += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
+        super().__init__(command, log_path=log_dir / f"smg-{self.port}.log")
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
         self.wait_http(f"{self.url}/readiness", timeout_s)

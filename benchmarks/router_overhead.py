@@ -1,16 +1,17 @@
-"""Gateway overhead against SGLang's own router: both in front of the same fast workers, driven the same way.
+"""Gateway overhead against SGLang's own gateway: all in front of the same fast workers, driven the same way.
 
 Starts N instant fake workers (`benchmarks.fake_worker`, each its own process), a real `sessiongate serve` process
-(SQLite store: every turn is recorded, sessions persist) and SGLang's router (`sglang-router`, Rust; `manual`
-policy by default, which pins each `x-smg-routing-key` to one worker: its session persistence) in front of the
-same workers. One bounded-concurrency asyncio client drives the workers directly, the gateway and the router with
-the same multi-turn conversations (each request resends the growing history and names its session in
+(SQLite store: every turn is recorded, sessions persist), SGLang's model gateway (`smg` 1.13, Rust; `manual`
+policy by default, which pins each `x-smg-routing-key` to one worker: its session persistence) and, when its wheel
+is installed, its predecessor `sglang-router` 0.3.2 as a second row, in front of the same workers. One
+bounded-concurrency asyncio client drives the workers directly and through each proxy with the same multi-turn
+conversations (each request resends the growing history and names its session in
 `x-session-id` and `x-smg-routing-key`), streamed and not.
 
 The systems take turns in short phases (the order rotating every round), so machine noise lands on all of them.
 For each system and mode: requests/s over its phases, latency p50/p99, the latency it adds (its percentile minus
 the direct requests' percentile, from the same run), and the proxy process's CPU time per request (user + system
-from /proc, all threads, counted over its own phases only). Then the sessiongate / sglang-router ratios, as
+from /proc, all threads, counted over its own phases only). Then the sessiongate / smg ratios (and / sglang-router), as
 Markdown.
 
     python -m benchmarks.router_overhead                      # 2 workers, concurrency 16, 5 rounds x 400 requests
@@ -39,20 +40,26 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
+from sdk._sse import parse_events
+
 from .gateway_overhead import percentile
 from .processes import (
     FakeWorkerProcess,
     GatewayServer,
     ManagedProcess,
     SglangRouterProcess,
+    SmgProcess,
     local_gateway_env,
     sglang_router_installed,
+    smg_installed,
 )
 
 __all__ = ["BenchConfig", "main", "markdown", "run_benchmark"]
 
-DIRECT, SESSIONGATE, SGLANG_ROUTER = "direct", "sessiongate", "sglang-router"
-SYSTEMS = (DIRECT, SESSIONGATE, SGLANG_ROUTER)
+DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER = "direct", "sessiongate", "smg", "sglang-router"
+SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER)
+# The Rust gateways sessiongate is compared with, the current one first.
+RUST_GATEWAYS = (SMG, SGLANG_ROUTER)
 MODES = ("non-streamed", "streamed")
 MODEL = "fake-model"
 # About 1 KB, like an agent's system prompt, so bodies have a realistic size from the first turn.
@@ -69,6 +76,8 @@ class BenchConfig:
     turns_per_session: int = 8
     max_tokens: int = 8
     router_policy: str = "manual"
+    # Also run sglang-router 0.3.2 (a second row) when its wheel is installed.
+    with_sglang_router: bool = True
 
 
 @dataclass
@@ -124,13 +133,12 @@ class Conversation:
 
 def _streamed_content(payload: bytes) -> str:
     parts: list[str] = []
-    for line in payload.splitlines():
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        for choice in orjson.loads(line[6:]).get("choices") or ():
-            parts.append((choice.get("delta") or {}).get("content") or "")
-    if not payload.rstrip().endswith(b"data: [DONE]"):
+    events = parse_events(payload)
+    if not events or not events[-1].done:
         raise ValueError("stream ended without [DONE]")
+    for event in events[:-1]:
+        for choice in event.json().get("choices") or ():
+            parts.append((choice.get("delta") or {}).get("content") or "")
     return "".join(parts)
 
 
@@ -248,7 +256,7 @@ _Process = TypeVar("_Process", bound=ManagedProcess)
 
 @contextmanager
 def _started(config: BenchConfig, work_dir: Path) -> Iterator[dict[str, tuple[str, ManagedProcess | None]]]:
-    """The workers and both proxies, running; stopped (by pid) on the way out."""
+    """The workers and the proxies, running; stopped (by pid) on the way out."""
     with ExitStack() as stack:
 
         def start(process: _Process) -> _Process:
@@ -260,16 +268,23 @@ def _started(config: BenchConfig, work_dir: Path) -> Iterator[dict[str, tuple[st
             worker.wait_ready()
         urls = [worker.url for worker in workers]
         gateway = start(GatewayServer(work_dir, workers=urls, env=local_gateway_env(work_dir / "gateway.db")))
-        router = start(SglangRouterProcess(work_dir, workers=urls, policy=config.router_policy))
+        smg = start(SmgProcess(work_dir, workers=urls, policy=config.router_policy))
+        router = None
+        if config.with_sglang_router and sglang_router_installed():
+            router = start(SglangRouterProcess(work_dir, workers=urls, policy=config.router_policy))
         gateway.wait_http(f"{gateway.url}/readyz", timeout_s=60)  # its workers are routable
-        router.wait_ready()
+        smg.wait_ready()
         # Direct requests all go to the first worker: the workers are identical and instant, so where a request
         # lands does not change its cost.
-        yield {
+        targets: dict[str, tuple[str, ManagedProcess | None]] = {
             DIRECT: (urls[0], None),
             SESSIONGATE: (gateway.url, gateway),
-            SGLANG_ROUTER: (router.url, router),
+            SMG: (smg.url, smg),
         }
+        if router is not None:
+            router.wait_ready()
+            targets[SGLANG_ROUTER] = (router.url, router)
+        yield targets
 
 
 def run_benchmark(config: BenchConfig, *, work_dir: Path | None = None) -> dict[str, Figures]:
@@ -324,20 +339,23 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
             f"{_cell(row['requests_per_s'], 0)} | {_cell(row['p50_ms'])} | {_cell(row['p99_ms'])} | "
             f"{_cell(row['added_p50_ms'])} | {_cell(row['added_p99_ms'])} | {_cell(row['cpu_us_per_request'], 0)} |"
         )
-    lines += [
-        "",
-        "| sessiongate / sglang-router | req/s | added p50 | added p99 | CPU per request |",
-        "|---|---|---|---|---|",
-    ]
-    for mode in MODES:
-        ours, theirs = rows.get(f"{SESSIONGATE}/{mode}"), rows.get(f"{SGLANG_ROUTER}/{mode}")
-        if ours is None or theirs is None:
+    for rust in RUST_GATEWAYS:
+        if not any(row["system"] == rust for row in rows.values()):
             continue
-        cells = [
-            _ratio(ours[name], theirs[name])
-            for name in ("requests_per_s", "added_p50_ms", "added_p99_ms", "cpu_us_per_request")
+        lines += [
+            "",
+            f"| sessiongate / {rust} | req/s | added p50 | added p99 | CPU per request |",
+            "|---|---|---|---|---|",
         ]
-        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+        for mode in MODES:
+            ours, theirs = rows.get(f"{SESSIONGATE}/{mode}"), rows.get(f"{rust}/{mode}")
+            if ours is None or theirs is None:
+                continue
+            cells = [
+                _ratio(ours[name], theirs[name])
+                for name in ("requests_per_s", "added_p50_ms", "added_p99_ms", "cpu_us_per_request")
+            ]
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -355,12 +373,15 @@ def main(argv: list[str] | None = None) -> int:
         "--router-policy",
         default=defaults.router_policy,
         choices=("manual", "cache_aware", "round_robin", "random", "power_of_two"),
-        help="sglang-router's policy; manual pins each x-smg-routing-key to a worker (session persistence)",
+        help="the Rust gateways' policy; manual pins each x-smg-routing-key to a worker (session persistence)",
+    )
+    parser.add_argument(
+        "--no-sglang-router", action="store_true", help="leave out sglang-router 0.3.2 even when it is installed"
     )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
-    if not sglang_router_installed():
-        print("sglang-router is not installed: pip install sglang-router==0.3.2 (the `bench` extra)", file=sys.stderr)
+    if not smg_installed():
+        print("smg is not installed: pip install smg==1.13.0 (the `bench` extra)", file=sys.stderr)
         return 2
     config = BenchConfig(
         workers=args.workers,
@@ -371,12 +392,13 @@ def main(argv: list[str] | None = None) -> int:
         turns_per_session=args.turns_per_session,
         max_tokens=args.max_tokens,
         router_policy=args.router_policy,
+        with_sglang_router=not args.no_sglang_router,
     )
     rows = summary(run_benchmark(config))
     print(
         f"{config.workers} instant fake workers; concurrency {config.concurrency}; {config.rounds} rounds x "
         f"{config.phase_requests} requests per system and mode; {config.turns_per_session}-turn sessions; "
-        f"sglang-router policy {config.router_policy}; sessiongate on SQLite"
+        f"Rust gateways' policy {config.router_policy}; sessiongate on SQLite"
     )
     print()
     print(markdown(rows))

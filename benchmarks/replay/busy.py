@@ -21,10 +21,9 @@ import httpx
 
 from benchmarks.metrics import RunSummary, summarize, write_records
 from benchmarks.workloads import SessionTrace
-from sglang_ext.tiny_model import SIZES
+from sglang_ext.models import MODELS
 
-from .driver import ReplayOptions, ReplayResult, replay
-from .runner import (
+from .common import (
     LABEL,
     advisory_counts,
     cluster_config,
@@ -38,6 +37,7 @@ from .runner import (
     synthetic_text,
     work_dir,
 )
+from .driver import ReplayOptions, ReplayResult, replay
 from .systems import ADMIN_KEY, SYSTEMS, SystemSpec, start_front, start_workers, warm_up
 
 __all__ = ["BUSY_POLICIES", "run_busy_worker"]
@@ -121,7 +121,7 @@ def run_busy_worker(args: argparse.Namespace, out: Path) -> int:
             front = start_front(spec, cluster, [w.url for w in workers], run_dir)
             url: str = getattr(front, "url")  # noqa: B009
             try:
-                warm_up(url, [w.url for w in workers], SIZES[cluster.model_size].vocab_size)
+                warm_up(url, [w.url for w in workers], MODELS[cluster.model_size].shape.vocab_size)
                 stats_url = f"{url}/v1/admin/advisories/stats"
 
                 def stats(stats_url: str = stats_url) -> dict[str, Any]:

@@ -22,11 +22,11 @@ from typing import Any
 
 import anyio
 import httpx
-import orjson
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from benchmarks.metrics import TurnRecord
 from benchmarks.workloads import Hint, HintModel, SessionTrace, plan_hints
+from sdk._sse import ServerSentEvent, aiter_events
 
 from .text import SyntheticText
 
@@ -187,8 +187,8 @@ class _Run:
                 if response.status_code != 200:
                     error = f"HTTP {response.status_code}: {(await response.aread()).decode(errors='replace')[:300]}"
                 else:
-                    async for line in response.aiter_lines():
-                        if stream.feed(line) and stream.first_token_s is None:
+                    async for event in aiter_events(response.aiter_lines()):
+                        if stream.feed(event) and stream.first_token_s is None:
                             stream.first_token_s = self.now()
                     if not stream.done:
                         error = "stream ended without [DONE]"
@@ -224,15 +224,12 @@ class _Stream:
         self.first_token_s: float | None = None
         self.done = False
 
-    def feed(self, line: str) -> bool:
-        """Reads one SSE line; True when it carried answer content (text or a tool call)."""
-        if not line.startswith("data: "):
-            return False
-        payload = line[6:].strip()
-        if payload == "[DONE]":
+    def feed(self, event: ServerSentEvent) -> bool:
+        """Reads one event; True when it carried answer content (text or a tool call)."""
+        if event.done:
             self.done = True
             return False
-        chunk = orjson.loads(payload)
+        chunk = event.json()
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         extension = chunk.get("sglext")

@@ -32,10 +32,10 @@ import httpx
 from benchmarks.processes import GatewayServer, ManagedProcess, SglangRouterProcess, free_port, local_gateway_env
 from gateway.routing import CostModel
 from gateway.settings import ENV_PREFIX
+from sglang_ext import models
 from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, start_worker
-from sglang_ext.tiny_model import SIZES
-from sglang_ext.worker_process import WorkerProcess
+from sglang_ext.worker_process import WorkerProcess, wait_all_ready
 
 __all__ = [
     "SYSTEMS",
@@ -92,8 +92,7 @@ class ClusterConfig:
 
 def kv_bytes_per_token(model_size: str) -> int:
     """K and V of every layer in float32 (the CPU workers' dtype)."""
-    shape = SIZES[model_size]
-    return shape.num_hidden_layers * shape.num_key_value_heads * shape.head_dim * 2 * 4
+    return models.kv_bytes_per_token(model_size)
 
 
 @dataclass
@@ -140,8 +139,7 @@ def start_workers(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> li
                 log_file=run_dir / "logs" / f"{spec.name}-worker-{port}.log",
             )
             started.append(start_worker(config))
-        for worker in started:
-            worker.wait_ready(cluster.worker_start_timeout_s)
+        wait_all_ready(started, cluster.worker_start_timeout_s)  # fails as soon as any one worker fails
     except BaseException:
         for worker in started:
             worker.stop()
@@ -160,7 +158,7 @@ def running_stack(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> It
             stop.callback(worker.stop)
         front = start_front(spec, cluster, [w.url for w in workers], run_dir)
         stop.callback(front.stop)
-        warm_up(_url(front), [w.url for w in workers], SIZES[cluster.model_size].vocab_size)
+        warm_up(_url(front), [w.url for w in workers], models.MODELS[cluster.model_size].shape.vocab_size)
         yield Stack(spec, _url(front), workers, front)
 
 

@@ -52,8 +52,12 @@ import psutil
 from benchmarks.colocated_workers import batch_seconds, decode_step_s, prefill_s
 from benchmarks.prefetch_bench import VOCAB, _context, _generate, _prefetch, _wait_pool_quiet
 from benchmarks.processes import GatewayServer, free_port, local_gateway_env
+from sdk._sse import iter_events
 from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.models import MODEL_NAMES
+from sglang_ext.worker_config import CPU_CHUNKED_PREFILL_SIZE, CPU_MAX_RUNNING_REQUESTS
+from sglang_ext.worker_process import wait_all_ready
 
 __all__ = ["fit_decode", "fit_move", "fit_prefill", "main"]
 
@@ -295,10 +299,10 @@ def _chat(client: httpx.Client, model: str, messages: list[dict[str, str]], sess
     parts: list[str] = []
     with client.stream("POST", "/v1/chat/completions", json=body, headers={"X-Session-Id": session}) as response:
         response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
+        for event in iter_events(response.iter_lines()):
+            if event.done:
                 continue
-            for choice in json.loads(line[6:]).get("choices") or ():
+            for choice in event.json().get("choices") or ():
                 content = (choice.get("delta") or {}).get("content")
                 if content:
                     first = first if first is not None else time.perf_counter() - began
@@ -323,12 +327,12 @@ def _measure_sharing(urls: Sequence[str], rng: random.Random, vocab: int, repeat
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-size", choices=("tiny", "medium"), default="tiny")
+    parser.add_argument("--model-size", "--model", dest="model_size", choices=MODEL_NAMES, default="tiny")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--colocated", type=int, default=2, help="workers side by side, as the replay runs them")
-    parser.add_argument("--max-total-tokens", type=int, default=WorkerConfig.max_total_tokens)
-    parser.add_argument("--chunked-prefill-size", type=int, default=WorkerConfig.chunked_prefill_size)
-    parser.add_argument("--max-running-requests", type=int, default=WorkerConfig.max_running_requests)
+    parser.add_argument("--max-total-tokens", type=int, default=None, help="default: the model's (WorkerConfig)")
+    parser.add_argument("--chunked-prefill-size", type=int, default=CPU_CHUNKED_PREFILL_SIZE)
+    parser.add_argument("--max-running-requests", type=int, default=CPU_MAX_RUNNING_REQUESTS)
     parser.add_argument("--page-size", type=int, default=WorkerConfig.page_size)
     parser.add_argument("--hicache-ratio", type=float, default=WorkerConfig.hicache_ratio)
     parser.add_argument("--prefill-lengths", type=int, nargs="+", default=[16, 128, 256, 512, 1024, 1536])
@@ -338,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--state-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.max_total_tokens is None:
+        args.max_total_tokens = WorkerConfig(model_size=args.model_size).effective_max_total_tokens
 
     state = args.state_dir or Path(tempfile.mkdtemp(prefix="sim-calibrate-"))
     pool = state / "pool"
@@ -365,8 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for config in configs:
             workers.append(start_worker(config))
-        for worker in workers:
-            worker.wait_ready(600)
+        wait_all_ready(workers, 600)  # fails as soon as any one worker fails
         worker = workers[0]
         with httpx.Client(base_url=worker.url, timeout=600) as client:
             for length in (64, 600, 1100):  # warm-up: a fresh worker's first requests are slow

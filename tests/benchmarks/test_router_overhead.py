@@ -1,5 +1,6 @@
-"""The gateway-vs-sglang-router benchmark at tiny scale (seconds): real processes, every request answered, and a
-well-formed report (both Markdown tables, the JSON figures)."""
+"""The gateway-vs-Rust-gateway benchmark at tiny scale (seconds): real processes, every request answered, and a
+well-formed report (the Markdown tables, the JSON figures). The `bench` extra installs both Rust gateways (smg 1.13
+and sglang-router 0.3.2), so the run has a row for each."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import httpx
 import pytest
 
 from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from benchmarks.processes import sglang_router_installed
+from benchmarks.processes import sglang_router_installed, smg_installed
 
 pytestmark = pytest.mark.anyio
 
 ROUNDS, PHASE_REQUESTS = 2, 6
-SYSTEMS = {"direct", "sessiongate", "sglang-router"}
+SYSTEMS = {"direct", "sessiongate", "smg", "sglang-router"}
 MODES = {"non-streamed", "streamed"}
 
 
@@ -30,9 +31,10 @@ def _table(lines: list[str]) -> list[list[str]]:
 
 
 @pytest.mark.skipif(
-    not sglang_router_installed(), reason="sglang-router is not installed (pip install sglang-router==0.3.2)"
+    not (smg_installed() and sglang_router_installed()),
+    reason="the Rust gateways are not installed (the `bench` extra: smg==1.13.0, sglang-router==0.3.2)",
 )
-def test_tiny_run_answers_everything_and_reports_both_proxies(tmp_path: Path) -> None:
+def test_tiny_run_answers_everything_and_reports_every_proxy(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     command = [sys.executable, "-m", "benchmarks.router_overhead", "--workers", "2", "--concurrency", "2"]
     command += ["--rounds", str(ROUNDS), "--phase-requests", str(PHASE_REQUESTS), "--warmup-requests", "2"]
@@ -41,14 +43,17 @@ def test_tiny_run_answers_everything_and_reports_both_proxies(tmp_path: Path) ->
     assert done.returncode == 0, done.stdout + done.stderr
 
     tables = [block.splitlines() for block in done.stdout.split("\n\n") if block.startswith("|")]
-    assert len(tables) == 2, done.stdout
+    assert len(tables) == 3, done.stdout  # per system, then sessiongate against each Rust gateway
     per_system = _table(tables[0])
     assert {(row[0], row[1]) for row in per_system} == {(s, m) for s in SYSTEMS for m in MODES}
     for row in per_system:
         assert (row[2], row[3]) == (str(ROUNDS * PHASE_REQUESTS), "0"), row
-    ratios = _table(tables[1])
-    assert {row[0] for row in ratios} == MODES
-    assert all(cell.endswith("x") for row in ratios for cell in row[1:]), ratios
+    assert tables[1][0].startswith("| sessiongate / smg "), tables[1]
+    assert tables[2][0].startswith("| sessiongate / sglang-router "), tables[2]
+    for table in tables[1:]:
+        ratios = _table(table)
+        assert {row[0] for row in ratios} == MODES
+        assert all(cell.endswith("x") for row in ratios for cell in row[1:]), ratios
 
     figures = json.loads(out.read_text())["rows"]
     for key, row in figures.items():
