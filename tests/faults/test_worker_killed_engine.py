@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from benchmarks.processes import GatewayServer
+from sdk._sse import iter_events
 from sglang_ext.hardware import cores_per_worker
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
@@ -69,9 +69,9 @@ def test_worker_killed_mid_stream(gateway: httpx.Client, workers: list[WorkerPro
     with gateway.stream("POST", "/v1/chat/completions", json=body, headers={"x-session-id": "kill-1"}) as response:
         assert response.status_code == 200
         victim = by_id[response.headers["x-sessiongate-worker"]]
-        for line in response.iter_lines():
-            if line.startswith("data: {"):
-                events.append(orjson.loads(line[6:]))
+        for event in iter_events(response.iter_lines()):
+            if not event.done:
+                events.append(event.json())
                 if len(events) == 4:
                     os.killpg(os.getpgid(victim.pid), signal.SIGKILL)
     assert "error" in events[-1]  # the client is told, in the stream
