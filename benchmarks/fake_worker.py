@@ -232,16 +232,22 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
         ]
     )
 
-    @app.middleware("http")
-    async def api_key(request: Request, call_next: Any) -> Response:
-        # As SGLang's api-key middleware: health and metrics are open, everything else answers 401.
-        open_path = request.url.path.startswith(("/health", "/metrics"))
-        if b.api_key and not open_path and request.headers.get("authorization") != f"Bearer {b.api_key}":
-            return JSONResponse({"error": "Unauthorized"}, status_code=401)
-        response: Response = await call_next(request)
-        return response
+    return _KeyCheck(app, b) if b.api_key else app  # type: ignore[return-value]
 
-    return app
+
+class _KeyCheck:
+    """SGLang's api-key middleware: /health and /metrics are open, everything else wants `Bearer <key>`."""
+
+    def __init__(self, app: Starlette, behaviour: FakeWorkerBehaviour) -> None:
+        self.app, self.behaviour, self.state = app, behaviour, app.state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(("/health", "/metrics")):
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization", b"").decode() != f"Bearer {self.behaviour.api_key}":
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:

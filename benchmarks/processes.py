@@ -12,9 +12,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
+
+from sglang_ext.ports import pick_port
 
 __all__ = [
     "FakeWorkerProcess",
@@ -40,10 +40,8 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 now, outside the kernel's ephemeral range (`sglang_ext.ports.pick_port`)."""
+    return pick_port()
 
 
 class ManagedProcess:
@@ -204,7 +202,7 @@ class SglangRouterProcess(ManagedProcess):
 
 
 def smg_installed() -> bool:
-    return shutil.which("smg", path=str(Path(sys.executable).parent)) is not None or shutil.which("smg") is not None
+    return importlib.util.find_spec("smg") is not None
 
 
 class SmgProcess(ManagedProcess):
@@ -225,8 +223,9 @@ class SmgProcess(ManagedProcess):
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        smg = shutil.which("smg", path=str(Path(sys.executable).parent)) or "smg"
-        command = [smg, "launch", "--host", "127.0.0.1", "--port", str(self.port)]
+        # `python -m smg`, not the `smg` script: sglang-router 0.3.2 installs a console script of the same name (its
+        # own CLI, which imports all of sglang), and whichever wheel was installed last owns `bin/smg`.
+        command = [sys.executable, "-m", "smg", "launch", "--host", "127.0.0.1", "--port", str(self.port)]
         command += ["--worker-urls", *workers, "--policy", policy, "--log-level", log_level]
         command += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port())]
         super().__init__(command, log_path=log_dir / f"smg-{self.port}.log")

@@ -9,7 +9,12 @@ one once took the first one's HTTP port that way before the first had bound it, 
 - a claim is a file `<port>` in a directory shared by every launcher on the machine (created with O_EXCL, holding
   the claiming process's pid); a claim whose process is gone is stale and taken over;
 - `claim(port)` refuses a port another live launcher holds or that something already listens on;
-- `claim_free()` picks a port the kernel says is free (bind to port 0) that nobody has claimed.
+- `claim_free()` picks a free port nobody has claimed, from `pick_port()`.
+
+`pick_port()` draws from below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`), not from `bind(0)`:
+a worker binds its HTTP port a minute after the port is chosen (model load, tokenizer), and in that minute every
+outgoing connection and every `bind(0)` on the machine (the Mooncake client's, Gloo's, another test's) draws from
+the ephemeral range and can take it. Below it, only a process that names the port gets it.
 
 Errors: `PortTaken` (a `RuntimeError`).
 """
@@ -19,14 +24,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import random
 import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["PortClaims", "PortTaken", "default_claims_dir", "port_is_bindable"]
+__all__ = ["PortClaims", "PortTaken", "default_claims_dir", "pick_port", "port_is_bindable"]
 
 _ATTEMPTS = 64
+# Below Linux's default ephemeral range (32768-60999) and above the ports Mooncake's client draws from on its own
+# (its RPC and transfer-engine ports: 12300-15100 by default).
+_FIXED_RANGE = (20000, 32767)
 
 
 class PortTaken(RuntimeError):
@@ -47,6 +56,27 @@ def port_is_bindable(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def pick_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now, outside the kernel's ephemeral range where it can (see the module doc)."""
+    low, high = _FIXED_RANGE[0], min(_FIXED_RANGE[1], _ephemeral_low() - 1)
+    if high - low >= 1000:
+        for _ in range(_ATTEMPTS):
+            port = random.randint(low, high)
+            if port_is_bindable(host, port):
+                return port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -105,11 +135,8 @@ class PortClaims:
 
     def claim_free(self, host: str) -> int:
         """A port free on `host` now and claimed by nobody else, claimed for this process."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         for _ in range(_ATTEMPTS):
-            with socket.socket(family, socket.SOCK_STREAM) as probe:
-                probe.bind((host, 0))
-                port = int(probe.getsockname()[1])
+            port = pick_port(host)
             try:
                 return self.claim(host, port)
             except PortTaken:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,6 +19,7 @@ import pytest
 from starlette.applications import Starlette
 
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sglang_ext.ports import pick_port
 from sglang_ext.tiny_model import is_complete
 
 # Where the tests keep SmolLM2 once converted (~20 s, 538 MB), so that later runs reuse it: the repository's
@@ -36,10 +36,8 @@ def anyio_backend() -> str:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 now, outside the kernel's ephemeral range (`sglang_ext.ports.pick_port`)."""
+    return pick_port()
 
 
 @pytest.fixture(scope="session")

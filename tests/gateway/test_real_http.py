@@ -196,19 +196,23 @@ async def test_the_workers_key_goes_with_every_turn(tmp_path: Path, stream: bool
     """Turns go over the hot path's own HTTP session, not the control client: both must carry the key."""
     behaviour = FakeWorkerBehaviour(api_key="wk-secret")
     async with _serve(create_fake_worker(behaviour)) as worker_url:
-        common: dict[str, Any] = {
-            "allow_unauthenticated": True,
-            "workers": (worker_url,),
-            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
-        }
         body = {"messages": [USER], "stream": stream, "max_tokens": 3}
-        async with _serve(create_app(GatewaySettings(**common, worker_api_key="wk-secret"))) as gateway_url:
-            async with httpx.AsyncClient(base_url=gateway_url, timeout=30) as client:
-                answer = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "keyed"})
-                assert answer.status_code == 200, answer.text
-                assert len(behaviour.requests) == 1
-        async with _serve(create_app(GatewaySettings(**{**common, "database_url": common["database_url"] + "2"}))) as url:
-            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-                refused = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "unkeyed"})
-                assert refused.status_code == 401, refused.text  # no key configured: the worker refuses the turn
-                assert len(behaviour.requests) == 1
+        keyed = GatewaySettings(
+            allow_unauthenticated=True,
+            workers=(worker_url,),
+            database_url=f"sqlite+aiosqlite:///{tmp_path / 'keyed.db'}",
+            worker_api_key="wk-secret",
+        )
+        async with _serve(create_app(keyed)) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            answer = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "keyed"})
+            assert answer.status_code == 200, answer.text
+            assert len(behaviour.requests) == 1
+        unkeyed = GatewaySettings(
+            allow_unauthenticated=True,
+            workers=(worker_url,),
+            database_url=f"sqlite+aiosqlite:///{tmp_path / 'unkeyed.db'}",
+        )
+        async with _serve(create_app(unkeyed)) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            refused = await client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": "unkeyed"})
+            assert refused.status_code == 401, refused.text  # no key configured: the worker refuses the turn
+            assert len(behaviour.requests) == 1

@@ -3,7 +3,6 @@ calls the tests against real workers make (`engine`)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from sglang_ext.cpu_compat import activate
 from sglang_ext.hardware import has_cuda
+from sglang_ext.ports import pick_port
 from sglang_ext.protocol import PREFETCH_PATH, PrefetchAccepted, PrefetchStatus
 from sglang_ext.tiny_model import make_model
 
@@ -49,10 +49,8 @@ def cpu_compat() -> bool:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 now, outside the kernel's ephemeral range (`sglang_ext.ports.pick_port`)."""
+    return pick_port()
 
 
 @pytest.fixture(scope="session")
