@@ -166,6 +166,7 @@ def run_demo(*, base_url: str | None = None, api_key: str | None = None) -> int:
         reply = session.chat(
             [{"role": "user", "content": "Compute 12 * 7 + 3."}],
             tool_choice={"type": "function", "function": {"name": "calculator"}},
+            parallel_tool_calls=False,  # else a small model forced to call repeats the call until max_tokens
             **{**options, "max_tokens": 48},
         )
         _tool_turn(session, reply, write, options)
