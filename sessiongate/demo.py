@@ -54,7 +54,10 @@ WEATHER_TOOL = {
         },
     },
 }
-# How long the demo's "user" types before sending: the prefetch the typing hint started runs meanwhile.
+# How long the demo's "user" reads the answer before typing, and types before sending (the prefetch the typing
+# hint started runs meanwhile). A hint sent the instant a turn ends can find the shared pool still without that
+# turn's pages (the worker writes them through in the background): the prefetch then brings nothing.
+READING_S = 1.0
 TYPING_S = 0.5
 
 _OPERATORS: dict[type[ast.AST], Callable[..., float]] = {
@@ -98,6 +101,7 @@ def _model(base_url: str, api_key: str | None) -> str:
 
 
 def _hint(session: Session, write: Callable[..., None]) -> None:
+    time.sleep(READING_S)
     signal = session.typing("started")
     why = f" ({signal.reason})" if signal.reason else ""
     write(f"    (typing hint: advisory {signal.state}{why}, prefetch on {signal.worker or '-'})")
