@@ -56,6 +56,75 @@ _SESSION = {
     },
 }
 _LIST = {"type": "object", "required": ["object", "data"], "properties": {"object": {"const": "list"}}}
+_NULLABLE_TIME = {"type": ["string", "null"]}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_TURN_ADVISORY = {
+    "type": "object",
+    "description": "The advisory settled against the turn: the signal that foresaw it (kind `none`, outcome `missed`"
+    " when none did), the worker it prefetched on, and how it ended. Settled just after the turn ends.",
+    "required": ["id", "kind", "outcome", "target_worker"],
+    "properties": {
+        "id": {"type": "string"},
+        "kind": {"enum": ["typing", "tool_result", "tool_call", "explicit", "none"]},
+        "outcome": {"enum": ["used", "late", "wasted", "missed", "cancelled"]},
+        "target_worker": {"type": ["string", "null"]},
+    },
+}
+_TURN_USAGE = {
+    "type": "object",
+    "required": ["prompt_tokens", "completion_tokens", "cached_tokens", "cached_tokens_by_tier"],
+    "properties": {
+        "prompt_tokens": _NULLABLE_INT,
+        "completion_tokens": _NULLABLE_INT,
+        "cached_tokens": _NULLABLE_INT,
+        "cached_tokens_details": {"type": ["object", "null"], "description": "SGLang's cache report as it came"},
+        "cached_tokens_by_tier": {
+            "type": "object",
+            "description": "Prompt tokens whose KV came from each tier: the worker's device, its host memory, or the "
+            "shared pool (storage)",
+            "required": ["device", "host", "storage"],
+            "properties": {"device": {"type": "integer"}, "host": {"type": "integer"}, "storage": {"type": "integer"}},
+        },
+    },
+}
+_TURN = {
+    "type": "object",
+    "required": ["id", "object", "session_id", "seq", "status", "worker", "usage", "advisory", "timings"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "session.turn"},
+        "session_id": {"type": "string"},
+        "seq": {"type": "integer"},
+        "status": {"enum": ["pending", "ok", "failed", "cancelled"]},
+        "input_messages": {"type": "array", "items": {"type": "object"}},
+        "context_reset": {"type": "boolean"},
+        "output_message": {"type": ["object", "null"]},
+        "finish_reason": {"type": ["string", "null"]},
+        "model": {"type": ["string", "null"]},
+        "worker": {"type": ["string", "null"], "description": "the worker that served the turn"},
+        "error": {"type": ["object", "null"]},
+        "usage": {"oneOf": [{"$ref": "#/components/schemas/TurnUsage"}, {"type": "null"}]},
+        "advisory": {"oneOf": [{"$ref": "#/components/schemas/TurnAdvisory"}, {"type": "null"}]},
+        "timings": {
+            "type": "object",
+            "properties": {
+                "received_at": _NULLABLE_TIME,
+                "dispatched_at": _NULLABLE_TIME,
+                "first_token_at": _NULLABLE_TIME,
+                "ended_at": _NULLABLE_TIME,
+            },
+        },
+        "tool_calls": {"type": "array", "items": {"type": "object"}},
+    },
+}
+_TURN_LIST = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {"type": "array", "items": {"$ref": "#/components/schemas/Turn"}},
+    },
+}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +193,34 @@ _WEBHOOK_HEADERS = [
 ]
 _SIGNAL = {
     "type": "object",
-    "description": "What the advisor did: fired, scheduled, refreshed, stopping, skipped or none.",
+    "description": "What the advisor did: fired, scheduled, refreshed, stopping, skipped (with a reason) or none. "
+    "Every state but skipped and none names the live advisory.",
+    "required": ["object", "state"],
+    "properties": {
+        "object": {"const": "advisory"},
+        "state": {"enum": ["fired", "scheduled", "refreshed", "stopping", "skipped", "none"]},
+        "id": {"type": "string"},
+        "kind": {"enum": ["typing", "tool_result", "tool_call", "explicit"]},
+        "worker": {"type": "string", "description": "the worker asked to prefetch"},
+        "target": {"enum": ["device", "host"]},
+        "expires_in_s": {"type": "number"},
+        "reason": {"type": "string"},
+    },
+}
+_TOOL_RESULT = {
+    "type": "object",
+    "required": ["object", "session_id", "tool_call_id", "name", "advisory"],
+    "properties": {
+        "object": {"const": "session.tool_result"},
+        "session_id": {"type": "string"},
+        "tool_call_id": {"type": "string"},
+        "name": {"type": "string"},
+        "duration_ms": {"type": ["number", "null"]},
+        "advisory": {
+            "description": "null while other calls of the same turn are still out (the advisory waits for the last)",
+            "oneOf": [{"$ref": "#/components/schemas/SignalAnswer"}, {"type": "null"}],
+        },
+    },
 }
 _LIMIT = {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}
 _SESSION_HEADERS = [
@@ -162,7 +258,14 @@ def _components() -> dict[str, Any]:
         "ToolResultRequest": ToolResultBody,
         "AdviseRequest": AdviseBody,
     }
-    schemas: dict[str, Any] = {"Error": _ERROR, "Session": _SESSION}
+    schemas: dict[str, Any] = {
+        "Error": _ERROR,
+        "Session": _SESSION,
+        "Turn": _TURN,
+        "TurnUsage": _TURN_USAGE,
+        "TurnAdvisory": _TURN_ADVISORY,
+        "SignalAnswer": _SIGNAL,
+    }
     for name, model in models.items():
         schema = model.model_json_schema(ref_template=_REF)
         schemas.update(schema.pop("$defs", {}))
@@ -202,7 +305,11 @@ def openapi_document() -> dict[str, Any]:
             "delete": _session_op("Delete a session with its turns", ("200", anything)),
         },
         "/v1/sessions/{session_id}/turns": {
-            "get": _op("The session's turns", ("200", _LIST), params=[_SESSION_PARAM, _LIMIT])
+            "get": _op(
+                "The session's turns: worker, cached tokens by tier, the advisory settled against each",
+                ("200", _TURN_LIST),
+                params=[_SESSION_PARAM, _LIMIT],
+            )
         },
         "/v1/sessions/{session_id}/messages": {
             "get": _session_op("The session's context as chat messages", ("200", _LIST))
@@ -210,17 +317,21 @@ def openapi_document() -> dict[str, Any]:
         "/v1/sessions/{session_id}/typing": {
             "post": _session_op(
                 "The user started or stopped typing: a hint to prefetch the session's KV",
-                ("202", _SIGNAL),
+                ("202", _ref("SignalAnswer")),
                 body="TypingRequest",
             )
         },
         "/v1/sessions/{session_id}/tool_results": {
-            "post": _session_op("A tool call of the session returned", ("202", anything), body="ToolResultRequest")
+            "post": _session_op(
+                "A tool call of the session returned: a hint that the next turn follows",
+                ("202", _TOOL_RESULT),
+                body="ToolResultRequest",
+            )
         },
         "/v1/sessions/{session_id}/advise": {
             "post": _session_op(
                 "An explicit hint that the session's next turn is coming",
-                ("202", _SIGNAL),
+                ("202", _ref("SignalAnswer")),
                 body="AdviseRequest",
                 body_required=False,
             )
@@ -229,7 +340,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Typing signal from a trusted sender, signed with the webhook secret (HMAC-SHA256 over "
                 "`timestamp.body`); 404 while no secret is configured",
-                ("202", _SIGNAL),
+                ("202", _ref("SignalAnswer")),
                 body="TypingWebhookRequest",
                 params=_WEBHOOK_HEADERS,
                 errors=("400", "401", "404"),

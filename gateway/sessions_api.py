@@ -24,6 +24,7 @@ __all__ = [
     "list_turns",
     "serialize_session",
     "serialize_turn",
+    "serialize_turn_advisory",
     "update_session",
 ]
 
@@ -46,6 +47,17 @@ def serialize_session(record: sessions.SessionRecord) -> dict[str, Any]:
     }
 
 
+def serialize_turn_advisory(advisory: sessions.TurnAdvisory | None) -> dict[str, Any] | None:
+    if advisory is None:
+        return None
+    return {
+        "id": advisory.id,
+        "kind": advisory.kind,
+        "outcome": advisory.outcome,
+        "target_worker": advisory.target_worker,
+    }
+
+
 def serialize_turn(turn: sessions.TurnRecord) -> dict[str, Any]:
     usage = None
     if turn.prompt_tokens is not None or turn.completion_tokens is not None:
@@ -53,7 +65,13 @@ def serialize_turn(turn: sessions.TurnRecord) -> dict[str, Any]:
             "prompt_tokens": turn.prompt_tokens,
             "completion_tokens": turn.completion_tokens,
             "cached_tokens": turn.cached_tokens,
+            # SGLang's report as it came (it may also name its storage backend), and the three tiers as numbers.
             "cached_tokens_details": turn.cached_tokens_details,
+            "cached_tokens_by_tier": {
+                "device": turn.cached_device or 0,
+                "host": turn.cached_host or 0,
+                "storage": turn.cached_storage or 0,
+            },
         }
     return {
         "id": turn.id,
@@ -69,6 +87,7 @@ def serialize_turn(turn: sessions.TurnRecord) -> dict[str, Any]:
         "worker": turn.worker,
         "error": turn.error,
         "usage": usage,
+        "advisory": serialize_turn_advisory(turn.advisory),
         "timings": {
             "received_at": _iso(turn.received_at),
             "dispatched_at": _iso(turn.dispatched_at),

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ._constants import API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, USER_AGENT
+from ._constants import ADMIN_KEY_ENV, API_KEY_ENV, BASE_URL_ENV, DEFAULT_BASE_URL, USER_AGENT
 from ._exceptions import APIResponseValidationError
 from ._retries import retry_delay, should_retry_status
 
@@ -36,6 +36,7 @@ class RequestOptions:
     headers: Mapping[str, str] = field(default_factory=dict)
     stream: bool = False
     idempotency_key: str | None = None
+    admin: bool = False  # sent with the admin key (`client.admin`) instead of the tenant key
 
     @classmethod
     def make(
@@ -47,6 +48,7 @@ class RequestOptions:
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         stream: bool = False,
+        admin: bool = False,
     ) -> RequestOptions:
         """Options for one call; a POST gets a fresh uuid4 idempotency key, kept across its retries."""
         return cls(
@@ -57,6 +59,7 @@ class RequestOptions:
             headers=dict(headers or {}),
             stream=stream,
             idempotency_key=str(uuid.uuid4()) if method.upper() == "POST" else None,
+            admin=admin,
         )
 
 
@@ -65,6 +68,7 @@ class BaseClient:
 
     base_url: str
     api_key: str | None
+    admin_key: str | None
     timeout: httpx.Timeout
     max_retries: int
     _client: httpx.Client | httpx.AsyncClient
@@ -77,12 +81,14 @@ class BaseClient:
         timeout: float | httpx.Timeout,
         max_retries: int,
         default_headers: Mapping[str, str] | None,
+        admin_key: str | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
         resolved = base_url if base_url is not None else os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
         self.base_url = resolved.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        self.admin_key = admin_key if admin_key is not None else os.environ.get(ADMIN_KEY_ENV) or None
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self.max_retries = max_retries
         self._default_headers = dict(default_headers or {})
@@ -99,6 +105,8 @@ class BaseClient:
     def _build_request(self, options: RequestOptions) -> httpx.Request:
         """The request for one attempt, built by the HTTP client so its own headers and hooks apply too."""
         headers = httpx.Headers(self.default_headers)
+        if options.admin and self.admin_key:
+            headers["Authorization"] = f"Bearer {self.admin_key}"
         headers.update(options.headers)
         if options.idempotency_key is not None:
             headers.setdefault("Idempotency-Key", options.idempotency_key)

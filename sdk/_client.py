@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from ._admin import Admin, AsyncAdmin
 from ._base import BaseClient, RequestOptions, parse_response
 from ._constants import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from ._exceptions import connection_error_from, status_error_from_response
@@ -31,10 +32,12 @@ T = TypeVar("T")
 
 class SessionGate(BaseClient):
     """Synchronous client. `base_url`: kwarg > `SESSIONGATE_BASE_URL` > http://127.0.0.1:8000;
-    `api_key`: kwarg > `SESSIONGATE_API_KEY` > none (sent as `Authorization: Bearer ...`)."""
+    `api_key`: kwarg > `SESSIONGATE_API_KEY` > none (sent as `Authorization: Bearer ...`);
+    `admin_key` (for `client.admin` only): kwarg > `SESSIONGATE_ADMIN_KEY` > none."""
 
     sessions: Sessions
     chat: Chat
+    admin: Admin
     _client: httpx.Client
 
     def __init__(
@@ -42,6 +45,7 @@ class SessionGate(BaseClient):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
+        admin_key: str | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         max_retries: int = DEFAULT_MAX_RETRIES,
         http_client: httpx.Client | None = None,
@@ -55,6 +59,7 @@ class SessionGate(BaseClient):
             timeout=timeout,
             max_retries=max_retries,
             default_headers=default_headers,
+            admin_key=admin_key,
         )
         if http_client is not None and transport is not None:
             raise ValueError("pass either http_client or transport, not both")
@@ -63,6 +68,7 @@ class SessionGate(BaseClient):
         self._sleep = sleep or time.sleep
         self.sessions = Sessions(self)
         self.chat = Chat(self)
+        self.admin = Admin(self)
 
     def _request(self, options: RequestOptions) -> httpx.Response:
         """Send with retries; returns a 2xx response (still open and unread when `options.stream`)."""
@@ -110,6 +116,7 @@ class AsyncSessionGate(BaseClient):
 
     sessions: AsyncSessions
     chat: AsyncChat
+    admin: AsyncAdmin
     _client: httpx.AsyncClient
 
     def __init__(
@@ -117,6 +124,7 @@ class AsyncSessionGate(BaseClient):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
+        admin_key: str | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         max_retries: int = DEFAULT_MAX_RETRIES,
         http_client: httpx.AsyncClient | None = None,
@@ -130,6 +138,7 @@ class AsyncSessionGate(BaseClient):
             timeout=timeout,
             max_retries=max_retries,
             default_headers=default_headers,
+            admin_key=admin_key,
         )
         if http_client is not None and transport is not None:
             raise ValueError("pass either http_client or transport, not both")
@@ -138,6 +147,7 @@ class AsyncSessionGate(BaseClient):
         self._sleep = sleep or asyncio.sleep
         self.sessions = AsyncSessions(self)
         self.chat = AsyncChat(self)
+        self.admin = AsyncAdmin(self)
 
     async def _request(self, options: RequestOptions) -> httpx.Response:
         """Send with retries; returns a 2xx response (still open and unread when `options.stream`)."""

@@ -7,6 +7,7 @@ variable > the default below, when they are constructed (never at import time).
 from __future__ import annotations
 
 __all__ = [
+    "ADMIN_KEY_ENV",
     "API_KEY_ENV",
     "BASE_URL_ENV",
     "DEFAULT_BASE_URL",
@@ -25,6 +26,7 @@ USER_AGENT = f"sessiongate-python/{SDK_VERSION}"
 
 BASE_URL_ENV = "SESSIONGATE_BASE_URL"
 API_KEY_ENV = "SESSIONGATE_API_KEY"
+ADMIN_KEY_ENV = "SESSIONGATE_ADMIN_KEY"
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 DEFAULT_TIMEOUT = 60.0

@@ -12,15 +12,19 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from . import _endpoints as ep
 from ._base import parse_response
-from ._endpoints import Messages, ToolChoice, Tools
+from ._endpoints import AdviseKind, Messages, ToolChoice, Tools, TypingState
 from ._session import AsyncSession, Session
 from ._session_types import (
     SessionDeleted,
     SessionPage,
+    SignalResult,
+    ToolResultReceipt,
     Turn,
     parse_deleted,
     parse_session,
     parse_session_page,
+    parse_signal,
+    parse_tool_result,
     parse_turn,
 )
 from ._streaming import AsyncChatStream, ChatStream, OnComplete
@@ -50,7 +54,8 @@ def _completion_of(response: httpx.Response, on_complete: OnComplete | None) -> 
 
 
 class Sessions:
-    """`client.sessions`: create, get, list and delete gateway sessions; read their messages and turns."""
+    """`client.sessions`: create, get, list and delete gateway sessions; read their messages and turns; send the
+    signals that let the gateway prefetch a session's KV before its next turn (typing, tool results, hints)."""
 
     def __init__(self, client: SessionGate) -> None:
         self._client = client
@@ -77,6 +82,18 @@ class Sessions:
 
     def turns(self, session_id: str) -> builtins.list[Turn]:
         return self._client._request_parsed(ep.list_turns(session_id), _parse_turns)
+
+    def typing(self, session_id: str, state: TypingState = "started") -> SignalResult:
+        return self._client._request_parsed(ep.typing(session_id, state), parse_signal)
+
+    def tool_result(self, session_id: str, tool_call_id: str, content: str) -> ToolResultReceipt:
+        options = ep.post_tool_result(session_id, tool_call_id, content)
+        return self._client._request_parsed(options, parse_tool_result)
+
+    def advise(
+        self, session_id: str, *, kind: AdviseKind = "explicit", expected_in_ms: int | None = None
+    ) -> SignalResult:
+        return self._client._request_parsed(ep.advise(session_id, kind, expected_in_ms), parse_signal)
 
 
 class AsyncSessions:
@@ -107,6 +124,18 @@ class AsyncSessions:
 
     async def turns(self, session_id: str) -> builtins.list[Turn]:
         return await self._client._request_parsed(ep.list_turns(session_id), _parse_turns)
+
+    async def typing(self, session_id: str, state: TypingState = "started") -> SignalResult:
+        return await self._client._request_parsed(ep.typing(session_id, state), parse_signal)
+
+    async def tool_result(self, session_id: str, tool_call_id: str, content: str) -> ToolResultReceipt:
+        options = ep.post_tool_result(session_id, tool_call_id, content)
+        return await self._client._request_parsed(options, parse_tool_result)
+
+    async def advise(
+        self, session_id: str, *, kind: AdviseKind = "explicit", expected_in_ms: int | None = None
+    ) -> SignalResult:
+        return await self._client._request_parsed(ep.advise(session_id, kind, expected_in_ms), parse_signal)
 
 
 class Completions:

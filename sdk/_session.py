@@ -4,6 +4,12 @@
 ones) with `X-Session-Id`, and only when the turn succeeds appends the new messages and the assistant's reply
 to `session.messages`. A failed turn leaves the context as it was, so the caller can simply call again.
 For a stream, "succeeds" means the stream was read to `[DONE]`. One turn at a time per session object.
+
+Signals tell the gateway that the session's next turn is coming, so it can bring the session's KV to the worker
+that will serve it before the turn arrives (an advisory prefetch): `typing("started")` when the user starts
+typing, `tool_result(call_id, content)` when a tool the model called returns, `advise()` for any other hint.
+Each returns what the advisor did (`SignalResult`); how the advisory ended shows on the turn
+(`turn.advisory.outcome`: used, late, wasted, missed, cancelled).
 """
 
 from __future__ import annotations
@@ -11,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ._endpoints import Messages, ToolChoice, Tools, build_chat_body
-from ._session_types import SessionDeleted, SessionInfo, Turn
+from ._endpoints import AdviseKind, Messages, ToolChoice, Tools, TypingState, build_chat_body
+from ._session_types import SessionDeleted, SessionInfo, SignalResult, ToolResultReceipt, Turn
 from ._streaming import AsyncChatStream, ChatStream, OnComplete
 from ._types import ChatCompletion
 
@@ -149,6 +155,20 @@ class Session(_SessionBase):
         """The turns the gateway recorded for this session, oldest first."""
         return self._client.sessions.turns(self.id)
 
+    def typing(self, state: TypingState = "started") -> SignalResult:
+        """The user started (or stopped) typing: the gateway prefetches the session's KV for the coming turn."""
+        return self._client.sessions.typing(self.id, state)
+
+    def tool_result(self, tool_call_id: str, content: str) -> ToolResultReceipt:
+        """A tool the model called returned: recorded on the call, and a hint that the next turn follows.
+
+        Send the same result as the `role: "tool"` message of the next `chat` too: the model reads it there."""
+        return self._client.sessions.tool_result(self.id, tool_call_id, content)
+
+    def advise(self, *, kind: AdviseKind = "explicit", expected_in_ms: int | None = None) -> SignalResult:
+        """An explicit hint that the next turn comes in about `expected_in_ms` (the prefetch is timed for it)."""
+        return self._client.sessions.advise(self.id, kind=kind, expected_in_ms=expected_in_ms)
+
     def reload(self) -> None:
         """Replace `info` and `messages` with the gateway's current view of the session."""
         fresh = self._client.sessions.get(self.id)
@@ -232,6 +252,18 @@ class AsyncSession(_SessionBase):
     async def turns(self) -> list[Turn]:
         """The turns the gateway recorded for this session, oldest first."""
         return await self._client.sessions.turns(self.id)
+
+    async def typing(self, state: TypingState = "started") -> SignalResult:
+        """The user started (or stopped) typing: the gateway prefetches the session's KV for the coming turn."""
+        return await self._client.sessions.typing(self.id, state)
+
+    async def tool_result(self, tool_call_id: str, content: str) -> ToolResultReceipt:
+        """A tool the model called returned: recorded on the call, and a hint that the next turn follows."""
+        return await self._client.sessions.tool_result(self.id, tool_call_id, content)
+
+    async def advise(self, *, kind: AdviseKind = "explicit", expected_in_ms: int | None = None) -> SignalResult:
+        """An explicit hint that the next turn comes in about `expected_in_ms` (the prefetch is timed for it)."""
+        return await self._client.sessions.advise(self.id, kind=kind, expected_in_ms=expected_in_ms)
 
     async def reload(self) -> None:
         """Replace `info` and `messages` with the gateway's current view of the session."""

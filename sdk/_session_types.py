@@ -1,4 +1,5 @@
-"""Typed, read-only views of the gateway's session resources: sessions, pages of sessions, and turns.
+"""Typed, read-only views of the gateway's session resources: sessions, pages of sessions, turns, and the
+answers to a session's signals (typing, tool results, explicit hints).
 
 Frozen dataclasses built from the wire dicts by the `parse_*` functions, keeping the dict in `.raw`.
 Timestamps arrive as ISO-8601 strings with a timezone and become aware `datetime`s.
@@ -11,18 +12,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ._types import JSONDict, Usage, as_mapping, parse_usage
+from ._types import CachedTokens, JSONDict, Usage, as_mapping, parse_usage
 
 __all__ = [
     "SessionDeleted",
     "SessionInfo",
     "SessionPage",
+    "SignalResult",
+    "ToolResultReceipt",
     "Turn",
+    "TurnAdvisory",
     "TurnTimings",
     "TurnToolCall",
     "parse_deleted",
     "parse_session",
     "parse_session_page",
+    "parse_signal",
+    "parse_tool_result",
     "parse_turn",
 ]
 
@@ -84,7 +90,25 @@ class TurnToolCall:
 
 
 @dataclass(frozen=True)
+class TurnAdvisory:
+    """The advisory settled against a turn: the signal that foresaw it and how its prefetch ended.
+
+    `kind`: typing | tool_result | tool_call | explicit, or none (no signal came: `outcome` is missed).
+    `outcome`: used (the turn found the prefetched KV on the worker it went to), late (it arrived before the
+    prefetch finished), wasted (it went elsewhere, or found nothing), missed, or cancelled.
+    """
+
+    id: str
+    kind: str
+    outcome: str
+    target_worker: str | None
+
+
+@dataclass(frozen=True)
 class Turn:
+    """One recorded turn. `advisory` is None for a session's first turn, and for a moment after any turn ends:
+    the gateway settles the advisory just after the answer is sent."""
+
     id: str
     session_id: str
     seq: int
@@ -99,6 +123,48 @@ class Turn:
     usage: Usage | None
     timings: TurnTimings
     tool_calls: tuple[TurnToolCall, ...]
+    advisory: TurnAdvisory | None
+    raw: JSONDict = field(repr=False, compare=False)
+
+    @property
+    def cached_tokens_by_tier(self) -> CachedTokens:
+        """Prompt tokens of this turn whose KV came from the device, host memory or the shared pool."""
+        return self.usage.cached_tokens_by_tier if self.usage is not None else CachedTokens()
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    """What the advisor did with a signal (the 202 answer of typing, advise, and within a tool result).
+
+    `state`: fired (a prefetch was asked of `worker`), scheduled (it fires later: a tool expected to end later),
+    refreshed (an advisory was already live: its expiry moved), stopping (typing stopped: cancelled after a
+    grace), skipped (`reason`: e.g. this kind of hint was mostly wasted lately, or no worker is routable), none.
+    """
+
+    state: str
+    id: str | None
+    kind: str | None
+    worker: str | None
+    target: str | None
+    expires_in_s: float | None
+    reason: str | None
+    raw: JSONDict = field(repr=False, compare=False)
+
+    @property
+    def live(self) -> bool:
+        """An advisory is live for the session: its next turn can use the prefetch."""
+        return self.state in ("fired", "scheduled", "refreshed", "stopping")
+
+
+@dataclass(frozen=True)
+class ToolResultReceipt:
+    """A tool result the gateway recorded; `advisory` is None while other calls of the same turn are out."""
+
+    session_id: str
+    tool_call_id: str
+    name: str
+    duration_ms: float | None
+    advisory: SignalResult | None
     raw: JSONDict = field(repr=False, compare=False)
 
 
@@ -164,5 +230,46 @@ def parse_turn(raw: JSONDict) -> Turn:
             ended_at=_time(timings.get("ended_at")),
         ),
         tool_calls=tuple(_parse_turn_tool_call(as_mapping(c)) for c in raw.get("tool_calls") or ()),
+        advisory=_parse_turn_advisory(raw.get("advisory")),
+        raw=raw,
+    )
+
+
+def _parse_turn_advisory(raw: Any) -> TurnAdvisory | None:
+    if not isinstance(raw, Mapping):
+        return None
+    return TurnAdvisory(
+        id=str(raw.get("id") or ""),
+        kind=str(raw.get("kind") or ""),
+        outcome=str(raw.get("outcome") or ""),
+        target_worker=raw.get("target_worker"),
+    )
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if value is not None else None
+
+
+def parse_signal(raw: JSONDict) -> SignalResult:
+    return SignalResult(
+        state=str(raw["state"]),
+        id=raw.get("id"),
+        kind=raw.get("kind"),
+        worker=raw.get("worker"),
+        target=raw.get("target"),
+        expires_in_s=_float(raw.get("expires_in_s")),
+        reason=raw.get("reason"),
+        raw=raw,
+    )
+
+
+def parse_tool_result(raw: JSONDict) -> ToolResultReceipt:
+    advisory = raw.get("advisory")
+    return ToolResultReceipt(
+        session_id=str(raw["session_id"]),
+        tool_call_id=str(raw["tool_call_id"]),
+        name=str(raw.get("name") or ""),
+        duration_ms=_float(raw.get("duration_ms")),
+        advisory=parse_signal(advisory) if isinstance(advisory, Mapping) else None,
         raw=raw,
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CachedTokens",
     "ChatCompletion",
     "ChatCompletionChunk",
     "Choice",
@@ -77,12 +78,23 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class CachedTokens:
+    """Prompt tokens whose KV came from each tier instead of being recomputed: the worker's device memory, its
+    host memory, or the shared KV pool (`storage`)."""
+
+    device: int = 0
+    host: int = 0
+    storage: int = 0
+
+
+@dataclass(frozen=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     cached_tokens: int = 0
     cached_tokens_details: Mapping[str, int] = field(default_factory=dict)
+    cached_tokens_by_tier: CachedTokens = field(default_factory=CachedTokens)
 
 
 @dataclass(frozen=True)
@@ -180,13 +192,19 @@ def parse_usage(raw: Any) -> Usage | None:
     breakdown = as_mapping(raw.get("cached_tokens_details") or details.get("cached_tokens_details"))
     prompt, completion = _int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens"))
     total = raw.get("total_tokens")
+    # Token counts per tier only: SGLang also names its storage backend here (a string).
+    counts = {str(tier): n for tier, n in breakdown.items() if isinstance(n, int)}
+    # A turn read back from the gateway names the three tiers itself; a chat reply has SGLang's report only.
+    tiers = as_mapping(raw.get("cached_tokens_by_tier")) or counts
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=_int(total) if total is not None else prompt + completion,
         cached_tokens=_int(cached),
-        # Token counts per tier only: SGLang also names its storage backend here (a string).
-        cached_tokens_details={str(tier): n for tier, n in breakdown.items() if isinstance(n, int)},
+        cached_tokens_details=counts,
+        cached_tokens_by_tier=CachedTokens(
+            device=_int(tiers.get("device")), host=_int(tiers.get("host")), storage=_int(tiers.get("storage"))
+        ),
     )
 
 

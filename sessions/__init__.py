@@ -31,6 +31,7 @@ from .records import (
     SessionRecord,
     TenantRecord,
     ToolCallRecord,
+    TurnAdvisory,
     TurnRecord,
     WorkerRecord,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "TenantRecord",
     "ToolCallNotFound",
     "ToolCallRecord",
+    "TurnAdvisory",
     "TurnNotFound",
     "TurnRecord",
     "WorkerRecord",

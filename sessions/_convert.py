@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Row
 
 from . import models
-from .records import AdvisoryRecord, SessionRecord, ToolCallRecord, TurnRecord, WorkerRecord
+from .records import AdvisoryRecord, SessionRecord, ToolCallRecord, TurnAdvisory, TurnRecord, WorkerRecord
 
 MAX_SESSION_ID_LENGTH = 128
 SESSION_STATES = frozenset({"active", "closed"})
@@ -97,7 +97,11 @@ def tool_call_record(row: models.ToolCall | Row[Any]) -> ToolCallRecord:
     )
 
 
-def turn_record(row: models.Turn | Row[Any], tool_calls: Iterable[models.ToolCall | Row[Any]]) -> TurnRecord:
+def turn_record(
+    row: models.Turn | Row[Any],
+    tool_calls: Iterable[models.ToolCall | Row[Any]],
+    advisory: TurnAdvisory | None = None,
+) -> TurnRecord:
     return TurnRecord(
         id=row.id,
         session_id=row.session_id,
@@ -123,6 +127,7 @@ def turn_record(row: models.Turn | Row[Any], tool_calls: Iterable[models.ToolCal
         cached_host=row.cached_host,
         cached_storage=row.cached_storage,
         tool_calls=tuple(tool_call_record(call) for call in tool_calls),
+        advisory=advisory,
     )
 
 

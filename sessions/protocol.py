@@ -161,7 +161,7 @@ class SessionStore(Protocol):
     async def list_turns(
         self, session_id: str, *, tenant_id: str, limit: int = 100, after_seq: int | None = None
     ) -> list[TurnRecord]:
-        """Turns in seq order (those after `after_seq`), each with its tool calls."""
+        """Turns in seq order (those after `after_seq`), each with its tool calls and its settled advisory."""
         ...
 
     async def fail_pending_turns(

@@ -21,6 +21,7 @@ __all__ = [
     "SessionRecord",
     "TenantRecord",
     "ToolCallRecord",
+    "TurnAdvisory",
     "TurnRecord",
     "WorkerRecord",
 ]
@@ -115,6 +116,17 @@ class ToolCallRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TurnAdvisory:
+    """The advisory settled against a turn: the signal that foresaw it (kind "none" with outcome "missed" when
+    none did), the worker it prefetched on, and how it ended."""
+
+    id: str
+    kind: str  # "typing" | "tool_result" | "tool_call" | "explicit" | "none"
+    outcome: str  # "used" | "late" | "wasted" | "missed" | "cancelled"
+    target_worker: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TurnRecord:
     id: str
     session_id: str
@@ -143,6 +155,9 @@ class TurnRecord:
     # The session's priority as the turn began (read in the same statement that claimed its seq): what the
     # gateway sends the worker as the request's `priority`. 0 on records read back later.
     session_priority: int = 0
+    # Filled by `list_turns` once the advisor settled an advisory against the turn (settling runs after the turn
+    # ends, so a turn read back at once may not have it yet); None on the records the turn's own writes return.
+    advisory: TurnAdvisory | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -368,7 +368,8 @@ class SqlSessionStore:
         async with self._transaction(write=False) as db:
             await turns.session_row(db, session_id, tenant_id)
             rows = await turns.list_turns(db, session_id, limit=limit, after_seq=after_seq)
-            return [cv.turn_record(row, row.tool_calls) for row in rows]
+            advised = await turns.turn_advisories(db, session_id, [row.id for row in rows])
+            return [cv.turn_record(row, row.tool_calls, advised.get(row.id)) for row in rows]
 
     async def fail_pending_turns(
         self,

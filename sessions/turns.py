@@ -33,8 +33,8 @@ from . import _statements as sql
 from . import history
 from ._sql import session_values, tenant_values
 from .errors import InvalidTransition, SessionExists, SessionNotFound, ToolCallNotFound, TurnNotFound
-from .models import Session, ToolCall, Turn
-from .records import TurnRecord
+from .models import Advisory, Session, ToolCall, Turn
+from .records import TurnAdvisory, TurnRecord
 
 __all__ = [
     "begin_turn",
@@ -47,6 +47,7 @@ __all__ = [
     "mark_dispatched",
     "record_tool_result",
     "session_row",
+    "turn_advisories",
 ]
 
 
@@ -326,6 +327,25 @@ async def list_turns(db: AsyncSession, session_id: str, *, limit: int, after_seq
         stmt = stmt.where(Turn.seq > after_seq)
     stmt = stmt.order_by(Turn.seq).limit(limit).options(selectinload(Turn.tool_calls))
     return (await db.scalars(stmt)).all()
+
+
+async def turn_advisories(db: AsyncSession, session_id: str, turn_ids: Sequence[str]) -> dict[str, TurnAdvisory]:
+    """The settled advisory of each of these turns that has one, in one query for a whole page of turns.
+
+    Filtered by session first, so the (session_id, created_at) index serves it. A turn normally has at most one
+    (the advisory its request claimed, or its "missed" record); should two name it, the later-resolved wins.
+    """
+    if not turn_ids:
+        return {}
+    rows = await db.execute(
+        select(Advisory.id, Advisory.kind, Advisory.outcome, Advisory.target_worker, Advisory.turn_id)
+        .where(Advisory.session_id == session_id, Advisory.turn_id.in_(turn_ids), Advisory.outcome != "pending")
+        .order_by(Advisory.resolved_at, Advisory.id)
+    )
+    return {
+        row.turn_id: TurnAdvisory(id=row.id, kind=row.kind, outcome=row.outcome, target_worker=row.target_worker)
+        for row in rows
+    }
 
 
 async def fail_pending_turns(

@@ -1,0 +1,167 @@
+"""Every example (and `sessiongate demo`) runs as a user runs it: a subprocess against a real gateway (a
+`sessiongate serve` process on SQLite) in front of one real SGLang CPU worker serving SmolLM2-135M-Instruct.
+
+One worker and one gateway serve the whole module; each example's output is checked for what it claims to show
+(a tool's correct result, the advisory outcome of each turn, the admin operations' effects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sessiongate.up import GatewayProcess
+from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+ADMIN_KEY = "examples-admin-key"
+OUTCOME = r"(typing|tool_result|tool_call|explicit|none) -> (used|late|wasted|missed|cancelled)"
+ARITHMETIC = re.compile(r"[0-9+*/() .-]+")
+
+
+@pytest.fixture(scope="module")
+def worker(
+    smollm2_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
+) -> Iterator[WorkerProcess]:
+    config = WorkerConfig(
+        model_path=smollm2_model_dir,
+        state_dir=tmp_path_factory.mktemp("examples-worker"),
+        port=free_port(),
+        max_total_tokens=4096,
+    )
+    process = start_worker(config)
+    try:
+        process.wait_ready(300)
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway_url(
+    worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
+) -> Iterator[str]:
+    state = tmp_path_factory.mktemp("examples-gateway")
+    gateway = GatewayProcess(
+        port=free_port(),
+        workers=[worker.url],
+        database_url=f"sqlite+aiosqlite:///{state / 'gateway.db'}",
+        log_path=state / "gateway.log",
+        defaults={"SESSIONGATE_ADMIN_KEY": ADMIN_KEY},
+    )
+    try:
+        gateway.wait_ready(timeout_s=60)
+        yield gateway.url
+    finally:
+        gateway.stop()
+
+
+def run(args: list[str], base_url: str) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "SESSIONGATE_ADMIN_KEY": ADMIN_KEY,
+    }
+    done = subprocess.run(
+        [sys.executable, *args, "--base-url", base_url],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def arithmetic(expression: str) -> float:
+    assert ARITHMETIC.fullmatch(expression), expression
+    return float(eval(expression, {"__builtins__": {}}))  # the test's own check of the example's calculator
+
+
+def test_agent_loop_runs_the_tools_and_prints_each_turns_advisory(gateway_url: str) -> None:
+    out = run([str(EXAMPLES / "agent_loop.py")], gateway_url)
+
+    calc = re.search(r"tool calculator\((\{.*?\})\) -> (\{.*\})", out)
+    assert calc, out
+    expression = json.loads(calc.group(1))["expression"]
+    assert json.loads(calc.group(2))["result"] == arithmetic(expression)
+
+    search = re.search(r"tool search_files\((\{.*?\})\) -> (\{.*\})", out)
+    assert search, out
+    query = json.loads(search.group(1))["query"]
+    matches = json.loads(search.group(2))["matches"]
+    for match in matches:
+        name, _, line = match.split(":", 2)
+        assert (EXAMPLES / "notes" / name).is_file()
+        assert query.lower() in line.lower()
+    if query.lower() == "lisbon":
+        assert any(m.startswith("lisbon-trip.md:") for m in matches)
+
+    outcomes = re.findall(
+        rf"turn (\d+): worker \S+, cached device=(\d+) host=(\d+) pool=(\d+); advisory: {OUTCOME}", out
+    )
+    assert len(outcomes) >= 3, out
+    assert "advisory: none (first turn)" in out
+    # The turn after each tool result was foreseen: by the tool call itself or by the posted result.
+    after_tools = re.findall(rf"\(result posted: advisory \w+\)\n    turn \d+: .*advisory: {OUTCOME}", out)
+    assert after_tools, out
+    assert all(kind in ("tool_call", "tool_result") for kind, _ in after_tools)
+    assert any(outcome in ("used", "late") for _, outcome in after_tools)
+
+
+def test_openai_sdk_example(gateway_url: str) -> None:
+    out = run([str(EXAMPLES / "openai_sdk.py")], gateway_url)
+    assert "Paris" in out
+    assert "(typing hint: advisory fired)" in out
+    second = re.search(rf"turn 2: worker \S+, cached by tier \{{'device': (\d+), .*advisory: {OUTCOME}", out)
+    assert second, out
+    assert second.group(2) == "typing"
+
+
+def test_langchain_example(gateway_url: str) -> None:
+    out = run([str(EXAMPLES / "langchain_chat.py")], gateway_url)
+    call = re.search(r"calculator\((.*?)\) = (\{.*?\})  \(tool result posted: advisory (\w+)\)", out)
+    assert call, out
+    assert json.loads(call.group(2))["result"] == arithmetic(call.group(1))
+    second = re.search(rf"turn 2: .*advisory: {OUTCOME}", out)
+    assert second, out
+    assert second.group(1) in ("tool_call", "tool_result")
+
+
+def test_admin_example(gateway_url: str) -> None:
+    out = run([str(EXAMPLES / "admin_session.py")], gateway_url)
+    session = re.search(r"session (\S+): 2 turns", out)
+    assert session, out
+    assert session.group(1) in out.split("sessions (newest first):")[1]
+    assert re.search(rf"turn 2: ok on \S+, cached device=\d+ host=\d+ pool=\d+; advisory: {OUTCOME}", out), out
+    retained = re.search(r"retain on \S+: (\d+) tokens", out)
+    assert retained, out
+    assert int(retained.group(1)) > 0
+    assert re.search(r"drop on \S+: \d+ tokens removed", out), out
+    assert re.search(r"drained \S+: routable False", out), out
+    assert re.search(r"undrained \S+: routable True", out), out
+    assert "without the admin key: 401" in out
+
+
+def test_demo(gateway_url: str) -> None:
+    out = run(["-m", "sessiongate.cli", "demo"], gateway_url)
+    assert "(typing hint: advisory fired" in out
+    rows = re.findall(r"^  (\d)\s+ok\s+\S+\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)", out, re.MULTILINE)
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 4], out
+    assert rows[0][5:] == ("-", "-")  # a first turn has no advisory
+    assert rows[1][5] == rows[2][5] == "typing"
+    assert rows[3][5] in ("tool_call", "tool_result", "explicit")
+    assert all(r[6] in ("used", "late", "wasted", "missed", "cancelled") for r in rows[1:])
+    assert any(int(r[2]) + int(r[3]) > 0 for r in rows[1:])  # later turns found their context cached
