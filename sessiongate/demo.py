@@ -17,6 +17,7 @@ import json
 import operator
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -145,10 +146,11 @@ def run_demo(*, base_url: str | None = None, api_key: str | None = None) -> int:
         model = _model(client.base_url, api_key)
         session = client.sessions.create(metadata={"demo": True})
         write(f"session {session.id} (model {model})")
-        write(
-            "(with the generated tiny model the weights are random, so the words are noise; the routing and the "
-            "cache figures below are real)"
-        )
+        if Path(model).name in ("tiny", "medium"):
+            write(
+                "(with the generated tiny and medium models the weights are random, so the words are noise; the "
+                "routing and the cache figures below are real)"
+            )
         # The tool is offered on every turn: it is rendered into the prompt's system part, so every turn's prompt
         # extends the one before and finds its KV cached (offering it on one turn only would change the prefix).
         options: dict[str, Any] = {"model": model, "max_tokens": 24, "temperature": 0, "tools": [CALCULATOR_TOOL]}
