@@ -35,6 +35,7 @@
     prompt: $("prompt"),
     model: $("model"),
     maxTokens: $("max-tokens"),
+    temperature: $("temperature"),
     send: $("send"),
     status: $("status"),
     typingState: $("typing-state"),
@@ -297,6 +298,8 @@
     if (el.model.value) body.model = el.model.value;
     const maxTokens = Number.parseInt(el.maxTokens.value, 10);
     if (maxTokens > 0) body.max_tokens = maxTokens;
+    const temperature = Number.parseFloat(el.temperature.value); // blank: the model's own sampling settings
+    if (temperature >= 0) body.temperature = temperature;
     setStatus("waiting for the first token…");
     const response = await fetch("v1/chat/completions", {
       method: "POST",
