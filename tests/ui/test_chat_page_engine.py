@@ -1,10 +1,13 @@
-"""The chat page in a real browser, in front of a real model: headless Chromium, the gateway as `sessiongate serve`
-(keyless, as `sessiongate up` runs it), one real SGLang CPU worker serving SmolLM2-135M-Instruct.
+"""The chat page in a real browser, in front of a real model: headless Chromium, the gateway as `sessiongate serve`,
+one real SGLang CPU worker serving SmolLM2-135M-Instruct.
 
-A user opens /ui, types a question with real key events, and presses Enter. The answer streams into the page (in
-more than one piece) and is the text the gateway recorded for the turn; the typing hint reached the gateway (the
-session has an advisory of kind `typing`); the page's turns table shows the worker that served the turn. The page
-logs no error. A screenshot of the page is kept in test-artifacts/ui-chat.png.
+- Keyless, as `sessiongate up` runs it: a user opens /ui, types a question with real key events and presses
+  Enter, then a follow-up. Each answer streams into the page (in more than one piece) and is the text the gateway
+  recorded for its turn; the typing hints reached the gateway (the session has advisories of kind `typing`); the
+  page's turns table shows each turn as recorded: worker, cached tokens by tier (the follow-up finds the first
+  turn's KV on the device). The page logs no error. A screenshot is kept in test-artifacts/ui-chat.png.
+- A gateway that requires keys: the page says so, works once the key is entered, and keeps the key and the
+  session across a reload of the tab.
 
 Chromium comes from scripts/ensure-chromium.sh; without it the module is skipped, unless
 SESSIONGATE_REQUIRE_BROWSER=1 (CI), where a missing browser fails.
@@ -12,11 +15,14 @@ SESSIONGATE_REQUIRE_BROWSER=1 (CI), where a missing browser fails.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -25,16 +31,20 @@ from benchmarks.processes import GatewayServer
 from gateway.workers import worker_id_for
 from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
-from .browser import find_chromium, open_page
+from .browser import Page, find_chromium, open_page
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 
 ADMIN_KEY = "ui-test-admin"
 QUESTION = "What is the capital of France? Answer in one sentence."
+FOLLOW_UP = "And what is the capital of Italy? Answer in one sentence."
+DASH = "\u2014"  # what the page shows for a value it does not have
 SCREENSHOT = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui-chat.png"
 
 
-@pytest.fixture(scope="module")
+# Session-scoped, like `smollm2_model_dir`: pytest sets up wider scopes first, and a module without a browser must
+# be skipped before the model is converted or a worker started.
+@pytest.fixture(scope="session")
 def chromium() -> str:
     binary = find_chromium()
     if binary is None:
@@ -49,12 +59,13 @@ def chromium() -> str:
 def smollm2_worker(
     chromium: str, smollm2_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
 ) -> Iterator[WorkerProcess]:
-    # After `chromium`: no worker is started for a module that is skipped.
     config = WorkerConfig(
         model_path=smollm2_model_dir,
         state_dir=tmp_path_factory.mktemp("ui-worker"),
         port=free_port(),
         max_total_tokens=2048,
+        # Small pages, so that a short conversation's second turn finds the first one's KV (64-token pages: none).
+        page_size=16,
     )
     process = start_worker(config)
     try:
@@ -92,7 +103,56 @@ def _js(selector: str) -> str:
     return f"document.querySelector({json.dumps(selector)})"
 
 
-async def test_a_question_typed_in_the_page_is_answered_and_shown_with_its_turn(
+def _cell(value: object) -> str:
+    return DASH if value is None or value == "" else str(value)
+
+
+def _expected_row(turn: dict[str, Any]) -> list[str]:
+    """The first seven cells of the page's row for `turn`, as the page writes them (the advisory and TTFT cells
+    are checked apart: an advisory's outcome settles after its turn)."""
+    usage = turn["usage"] or {}
+    tiers = usage.get("cached_tokens_details") or {}
+    return [
+        _cell(turn["seq"]),
+        _cell(turn["status"]),
+        _cell(turn["worker"]),
+        _cell(usage.get("cached_tokens")),
+        *(_cell(tiers.get(tier)) for tier in ("device", "host", "storage")),
+    ]
+
+
+async def _rows_once_they_show(page: Page, expected: list[list[str]], timeout_s: float = 30.0) -> list[list[str]]:
+    """The page's turns table once its rows begin with `expected` (the page reads the turns again a few times
+    after each answer: the turn is recorded as the stream ends)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows: list[list[str]] = await page.evaluate(
+            "Array.from(document.querySelectorAll('#turns tbody tr'), r => Array.from(r.cells, c => c.textContent))"
+        )
+        if [row[: len(expected[0])] for row in rows] == expected:
+            return rows
+        assert time.monotonic() < deadline, f"the page shows {rows}, the gateway recorded {expected}"
+        await asyncio.sleep(0.2)
+
+
+async def _ask(page: Page, question: str, turn: int) -> tuple[str, int, str]:
+    """Type `question` into the page with real key events, press Enter, wait for the streamed answer to end:
+    (the answer's text, how many pieces it arrived in, the worker the gateway named)."""
+    await page.click("#prompt")
+    await page.type_text(question)
+    await page.wait_for(f"document.body.dataset.typingStarted === '{turn}'", f"turn {turn}'s typing hint was sent")
+    assert await page.evaluate(_js("#prompt") + ".value") == question
+    await page.press_enter()
+    answer = f"document.querySelectorAll('.message.assistant[data-done=\"true\"]')[{turn - 1}]"
+    await page.wait_for(f"{answer} !== undefined", f"turn {turn}'s streamed answer ended", timeout_s=120)
+    return (
+        await page.evaluate(f"{answer}.querySelector('.text').textContent"),
+        int(await page.evaluate(f"{answer}.dataset.chunks")),
+        await page.evaluate(f"{answer}.dataset.worker"),
+    )
+
+
+async def test_questions_typed_in_the_page_are_answered_and_shown_with_their_turns(
     chromium: str, smollm2_worker: WorkerProcess, start_gateway: Callable[..., GatewayServer], tmp_path: Path
 ) -> None:
     gateway = start_gateway(SESSIONGATE_ALLOW_UNAUTHENTICATED="1")  # what `sessiongate up` runs
@@ -104,48 +164,37 @@ async def test_a_question_typed_in_the_page_is_answered_and_shown_with_its_turn(
         # Greedy and short, so the answer is the model's best and the CPU model is quick: the page's own fields.
         await page.evaluate(f"{_js('#max-tokens')}.value = '48'; {_js('#temperature')}.value = '0'")
 
-        await page.click("#prompt")
-        await page.type_text(QUESTION)
-        await page.wait_for("document.body.dataset.typingStarted === '1'", "the typing hint was sent")
-        assert await page.evaluate(_js("#prompt") + ".value") == QUESTION
-        await page.press_enter()
+        first, chunks, worker = await _ask(page, QUESTION, 1)
+        second, _, _ = await _ask(page, FOLLOW_UP, 2)
 
-        await page.wait_for(
-            "document.querySelector('.message.assistant[data-done=\"true\"]') !== null",
-            "the streamed answer ended",
-            timeout_s=120,
-        )
-        answer = await page.evaluate(_js(".message.assistant .text") + ".textContent")
-        chunks = int(await page.evaluate(_js(".message.assistant") + ".dataset.chunks"))
-        worker = await page.evaluate(_js(".message.assistant") + ".dataset.worker")
-
-        # The turns table shows the turn with the worker that served it (it is read after the stream ends).
-        row = await page.wait_for(
-            "(() => { const r = document.querySelector('#turns tbody tr');"
-            " return r && r.querySelector('td.worker').textContent !== '\u2014' &&"
-            " Array.from(r.cells, c => c.textContent); })()",
-            "the turn's row with its worker",
-        )
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as api:
+            turns = (await api.get(f"/v1/sessions/{session_id}/turns")).json()["data"]
+            # The typing hints reached the gateway: the advisor made advisories of kind `typing` for the session.
+            admin = await api.get(f"/v1/admin/sessions/{session_id}", headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        assert [t["status"] for t in turns] == ["ok", "ok"]
+        # The turns table shows each turn as the gateway recorded it: worker, cached tokens by tier.
+        rows = await _rows_once_they_show(page, [_expected_row(t) for t in turns])
         await page.screenshot(SCREENSHOT)
         assert page.errors == []
 
-    # Real text, streamed in pieces, and exactly what the gateway recorded for the turn.
-    assert re.search(r"[A-Za-z]{3,}", answer), answer
-    assert "Paris" in answer, answer
+    # Real text, streamed in pieces, and exactly what the gateway recorded for the turns.
+    assert re.search(r"[A-Za-z]{3,}", first), first
+    assert "Paris" in first, first
+    assert "Rome" in second, second
     assert chunks > 1, f"the answer arrived in {chunks} piece(s): not streamed"
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as api:
-        turns = (await api.get(f"/v1/sessions/{session_id}/turns")).json()["data"]
-        assert [t["status"] for t in turns] == ["ok"]
-        assert turns[0]["input_messages"][-1]["content"] == QUESTION
-        assert turns[0]["output_message"]["content"] == answer
-        assert turns[0]["worker"] == worker == worker_id_for(smollm2_worker.url)
-        assert row[1:3] == ["ok", worker]
+    assert [t["input_messages"][-1]["content"] for t in turns] == [QUESTION, FOLLOW_UP]
+    assert [t["output_message"]["content"] for t in turns] == [first, second]
+    assert turns[0]["worker"] == worker == worker_id_for(smollm2_worker.url)
+    assert [row[2] for row in rows] == [worker, worker]
+    # The second turn reuses the first one's KV (its prompt starts with the whole first turn), and the row says so.
+    assert turns[1]["usage"]["cached_tokens"] > 0
+    assert int(rows[1][3]) == turns[1]["usage"]["cached_tokens"]
+    assert all(re.fullmatch(rf"{DASH}|\w+: \w+", row[7]) for row in rows), rows  # kind: outcome, or none
+    assert all(re.fullmatch(r"\d+ ms", row[8]) for row in rows), rows  # time to first token
 
-        # The typing hint reached the gateway: the advisor made an advisory of kind `typing` for the session.
-        admin = await api.get(f"/v1/admin/sessions/{session_id}", headers={"authorization": f"Bearer {ADMIN_KEY}"})
-        assert admin.status_code == 200, admin.text
-        kinds = [a["kind"] for a in admin.json()["advisories"]]
-        assert "typing" in kinds, admin.json()["advisories"]
+    assert admin.status_code == 200, admin.text
+    kinds = [a["kind"] for a in admin.json()["advisories"]]
+    assert kinds.count("typing") >= 1, admin.json()["advisories"]
     assert SCREENSHOT.stat().st_size > 10_000
 
 
