@@ -180,7 +180,7 @@
       const answer = await api("POST", sessionPath("/typing"), { state: value }, options);
       const counter = value === "started" ? "typingStarted" : "typingStopped";
       document.body.dataset[counter] = String(Number(document.body.dataset[counter] || 0) + 1);
-      showTyping(value === "started" ? `typing (hint: ${answer.state})` : "not typing", value);
+      showTyping(`${value === "started" ? "typing" : "not typing"} (hint: ${answer.state})`, value);
     } catch (error) {
       // A hint is best effort: the turn works without it. Say so, and carry on.
       showTyping(`typing hint failed: ${explain(error)}`, "error");
@@ -276,12 +276,22 @@
       await ensureSession();
       el.prompt.value = "";
       const user = { role: "user", content: text };
-      addMessage("user", text);
+      const asked = addMessage("user", text);
       const item = addMessage("assistant", "");
       item.classList.add("streaming");
-      const answer = await streamTurn([...state.messages, user], item);
-      item.classList.remove("streaming");
-      state.messages.push(user, { role: "assistant", content: answer });
+      try {
+        const answer = await streamTurn([...state.messages, user], item);
+        state.messages.push(user, { role: "assistant", content: answer });
+      } catch (error) {
+        // The gateway recorded the turn as failed; the conversation goes on without it, and the message is back
+        // in the box to send again.
+        asked.classList.add("failed");
+        item.classList.add("failed");
+        if (!el.prompt.value) el.prompt.value = text;
+        throw error;
+      } finally {
+        item.classList.remove("streaming");
+      }
     } catch (error) {
       setStatus(explain(error), "error");
     } finally {

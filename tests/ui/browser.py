@@ -28,6 +28,7 @@ from benchmarks.processes import ManagedProcess
 __all__ = ["Page", "find_chromium", "open_page"]
 
 _BINARIES = ("chromium", "chromium-browser")
+_KEY_CODES = {"Enter": 13, "Backspace": 8}
 
 
 def find_chromium() -> str | None:
@@ -112,10 +113,12 @@ class Page:
             await self.send("Input.dispatchKeyEvent", type="keyUp", key=char)
             await asyncio.sleep(delay_s)
 
-    async def press_enter(self) -> None:
-        key = {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13}
-        await self.send("Input.dispatchKeyEvent", type="rawKeyDown", **key)
-        await self.send("Input.dispatchKeyEvent", type="keyUp", **key)
+    async def press(self, key: str) -> None:
+        """A key that types no text: `Enter`, `Backspace`."""
+        code = _KEY_CODES[key]
+        event = {"key": key, "code": key, "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code}
+        await self.send("Input.dispatchKeyEvent", type="rawKeyDown", **event)
+        await self.send("Input.dispatchKeyEvent", type="keyUp", **event)
 
     async def screenshot(self, path: Path) -> None:
         shot = await self.send("Page.captureScreenshot", format="png")

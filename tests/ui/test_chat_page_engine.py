@@ -77,10 +77,11 @@ def smollm2_worker(
 
 @pytest.fixture
 def start_gateway(smollm2_worker: WorkerProcess, tmp_path: Path) -> Iterator[Callable[..., GatewayServer]]:
-    """`start_gateway(**env)`: `sessiongate serve` in front of the worker, with the admin key and `env` added."""
+    """`start_gateway(workers=None, **env)`: `sessiongate serve` in front of `workers` (None: the SmolLM2 worker),
+    with the admin key and `env` added."""
     started: list[GatewayServer] = []
 
-    def start(**env: str) -> GatewayServer:
+    def start(workers: list[str] | None = None, **env: str) -> GatewayServer:
         folder = tmp_path / f"gateway-{len(started)}"
         folder.mkdir()
         settings = {
@@ -89,7 +90,7 @@ def start_gateway(smollm2_worker: WorkerProcess, tmp_path: Path) -> Iterator[Cal
             "SESSIONGATE_LOG_LEVEL": "warning",
             **env,
         }
-        server = GatewayServer(folder, workers=[smollm2_worker.url], env=settings)
+        server = GatewayServer(folder, workers=workers or [smollm2_worker.url], env=settings)
         started.append(server)
         server.wait_ready(60)
         return server
@@ -142,7 +143,7 @@ async def _ask(page: Page, question: str, turn: int) -> tuple[str, int, str]:
     await page.type_text(question)
     await page.wait_for(f"document.body.dataset.typingStarted === '{turn}'", f"turn {turn}'s typing hint was sent")
     assert await page.evaluate(_js("#prompt") + ".value") == question
-    await page.press_enter()
+    await page.press("Enter")
     answer = f"document.querySelectorAll('.message.assistant[data-done=\"true\"]')[{turn - 1}]"
     await page.wait_for(f"{answer} !== undefined", f"turn {turn}'s streamed answer ended", timeout_s=120)
     return (
@@ -198,6 +199,38 @@ async def test_questions_typed_in_the_page_are_answered_and_shown_with_their_tur
     assert SCREENSHOT.stat().st_size > 10_000
 
 
+async def test_a_turn_that_fails_is_shown_failed_and_its_message_kept(
+    chromium: str, start_gateway: Callable[..., GatewayServer], free_port: Callable[[], int], tmp_path: Path
+) -> None:
+    # A gateway whose only worker does not answer: the turn is refused (503) after it was recorded.
+    gateway = start_gateway([f"http://127.0.0.1:{free_port()}"], SESSIONGATE_ALLOW_UNAUTHENTICATED="1")
+    async with open_page(chromium, tmp_path) as page:
+        await page.send("Page.navigate", url=f"{gateway.url}/ui")
+        await page.wait_for("document.body && document.body.dataset.ready === 'true'", "the page started")
+        await page.click("#prompt")
+        await page.type_text("Is anyone there?", delay_s=0)
+        await page.press("Enter")
+        await page.wait_for("document.body.dataset.busy === 'false'", "the turn ended")
+        status = await page.evaluate(_js("#status") + ".textContent")
+        assert await page.evaluate(_js("#status") + ".dataset.kind") == "error", status
+        assert await page.evaluate(_js("#prompt") + ".value") == "Is anyone there?"  # back in the box
+        assert await page.evaluate(_js(".message.user") + ".classList.contains('failed')")
+        assert await page.evaluate("document.querySelectorAll('.message.assistant').length") == 0
+        rows = await _rows_once_they_show(page, [["1", "failed"]])
+        assert rows[0][2] == DASH  # no worker served it
+        session_id = await page.evaluate("document.body.dataset.session")
+        [refused] = page.errors  # the browser logs the refused request, and nothing else
+        assert "503" in refused, refused
+        assert refused.endswith(f"{gateway.url}/v1/chat/completions"), refused
+
+    # What the page said is the gateway's own explanation, and the user's message was recorded with the failure.
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as api:
+        [turn] = (await api.get(f"/v1/sessions/{session_id}/turns")).json()["data"]
+    assert turn["status"] == "failed"
+    assert turn["input_messages"] == [{"role": "user", "content": "Is anyone there?"}]
+    assert turn["error"]["message"] in status, (turn["error"], status)
+
+
 async def test_a_gateway_that_needs_a_key_gets_it_from_the_page_which_keeps_it_for_the_tab(
     chromium: str, start_gateway: Callable[..., GatewayServer], tmp_path: Path
 ) -> None:
@@ -218,9 +251,16 @@ async def test_a_gateway_that_needs_a_key_gets_it_from_the_page_which_keeps_it_f
         session_id = await page.evaluate("document.body.dataset.session")
         assert session_id
         await page.evaluate(f"{_js('#max-tokens')}.value = '24'; {_js('#temperature')}.value = '0'")
+        # A keystroke, then the box cleared: a typing hint, then its end, each answered by the gateway's advisor.
         await page.click("#prompt")
+        await page.type_text("x", delay_s=0)
+        await page.wait_for("document.body.dataset.typingStarted === '1'", "the typing hint was sent")
+        await page.press("Backspace")
+        await page.wait_for("document.body.dataset.typingStopped === '1'", "the end of typing was sent")
+        assert await page.evaluate(_js("#typing-state") + ".textContent") == "not typing (hint: stopping)"
+
         await page.type_text("Name one colour.", delay_s=0)
-        await page.press_enter()
+        await page.press("Enter")
         await page.wait_for(
             "document.querySelector('.message.assistant[data-done=\"true\"]') !== null", "the answer", timeout_s=120
         )
