@@ -180,7 +180,10 @@
       const answer = await api("POST", sessionPath("/typing"), { state: value }, options);
       const counter = value === "started" ? "typingStarted" : "typingStopped";
       document.body.dataset[counter] = String(Number(document.body.dataset[counter] || 0) + 1);
-      showTyping(`${value === "started" ? "typing" : "not typing"} (hint: ${answer.state})`, value);
+      // An answer that comes after the user moved on (sent the message, typed again) describes the past.
+      if (state.typing === (value === "started")) {
+        showTyping(`${value === "started" ? "typing" : "not typing"} (hint: ${answer.state})`, value);
+      }
     } catch (error) {
       // A hint is best effort: the turn works without it. Say so, and carry on.
       showTyping(`typing hint failed: ${explain(error)}`, "error");
