@@ -49,6 +49,7 @@ from .settings import GatewaySettings
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
 from .upstream import WorkerClient, make_chat_session, make_http_client
+from .webui import ui_routes
 from .wiring import start_routing
 from .workers import WorkerPool
 
@@ -75,6 +76,7 @@ def _routes() -> list[Route]:
         Route("/openapi.json", openapi_json, methods=["GET"]),
         *signal_routes(),
         *admin_routes(),
+        *ui_routes(),
     ]
 
 

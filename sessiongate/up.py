@@ -186,6 +186,7 @@ def run_up(args: argparse.Namespace) -> int:
 
         print("\nsessiongate is up:")
         print(f"  gateway   {gateway.url}   (OpenAI API at {gateway.url}/v1, metrics at {gateway.url}/metrics)")
+        print(f"  chat page {gateway.url}/ui")
         for i, worker in enumerate(workers):
             print(f"  worker {i + 1}  {worker.url}")
         print(f"  store     {state_dir / 'sessiongate.db'}\n  KV pool   {pool}\n  logs      {logs}")
