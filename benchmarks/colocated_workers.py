@@ -130,7 +130,7 @@ def measure(
         for i in range(workers):
             config = WorkerConfig(
                 state_dir=state,
-                model_size=model_size,  # type: ignore[arg-type]
+                model_size=model_size,
                 port=free_port(),
                 device="cpu",
                 cpu_threads=threads,

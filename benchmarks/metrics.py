@@ -7,11 +7,13 @@ Shared by the trace replay (real engines) and the simulator, so both write the s
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, TextIO
 
 __all__ = [
     "TOKEN_SOURCES",
@@ -181,15 +183,24 @@ def served_at_slo(summaries: Iterable[RunSummary], *, p99_ttft_s: float) -> dict
     return served
 
 
+def _open_text(path: Path, mode: Literal["r", "w"]) -> TextIO:
+    """JSON lines, gzip-compressed when the name ends in .gz (the records kept in the repository are)."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt" if mode == "r" else "wt", encoding="utf-8")
+    return path.open(mode, encoding="utf-8")
+
+
 def write_records(path: Path, records: Iterable[TurnRecord]) -> None:
+    """One `TurnRecord` a line, to `*.jsonl` or gzip-compressed to `*.jsonl.gz`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as out:
+    with _open_text(path, "w") as out:
         for r in records:
             out.write(json.dumps(dataclasses.asdict(r)) + "\n")
 
 
 def read_records(path: Path) -> list[TurnRecord]:
-    with path.open() as lines:
+    """What `write_records` wrote, from `*.jsonl` or `*.jsonl.gz`."""
+    with _open_text(path, "r") as lines:
         return [TurnRecord(**json.loads(line)) for line in lines if line.strip()]
 
 

@@ -1,9 +1,11 @@
 """The OpenAPI 3.1 document of the gateway's own endpoints, served at `GET /openapi.json`.
 
-Request bodies come from the pydantic models the handlers validate with (one source of truth); responses are
-described by their shape where clients rely on it, and every error is the OpenAI error object. The document is
-built once per app and is what the fuzzing test (schemathesis) drives, so an endpoint missing here is an
-endpoint nobody fuzzes: add it with its route (tests/security/test_openapi_document.py fails until you do).
+Request bodies come from the pydantic models the handlers validate with (one source of truth); response bodies
+are described in `openapi_responses.py`, and every error is the OpenAI error object. The document is built once
+per app and is what the fuzzing test (schemathesis) drives, so an endpoint missing here is an endpoint nobody
+fuzzes: add it with its route (tests/security/test_openapi_document.py fails until you do). Answers are checked
+against it: tests/gateway/test_openapi_responses.py sends real requests to every operation, and the fuzzing run
+checks status codes, content types and bodies of everything it sends.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .admin_api import AdminSessionPatch, RetainBody
 from .advisor.signals import AdviseBody, ToolResultBody, TypingBody, TypingWebhookBody
 from .advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from .keys_api import TENANT_ID_PATTERN, CreateKeyBody, TenantLimitsBody
+from .openapi_responses import RESPONSE_SCHEMAS, list_of
 from .schemas import SESSION_ID_PATTERN, ChatCompletionBody, CreateSessionBody, UpdateSessionBody
 
 __all__ = ["openapi_document", "openapi_json"]
@@ -55,76 +58,6 @@ _SESSION = {
         "turn_count": {"type": "integer"},
     },
 }
-_LIST = {"type": "object", "required": ["object", "data"], "properties": {"object": {"const": "list"}}}
-_NULLABLE_TIME = {"type": ["string", "null"]}
-_NULLABLE_INT = {"type": ["integer", "null"]}
-_TURN_ADVISORY = {
-    "type": "object",
-    "description": "The advisory settled against the turn: the signal that foresaw it (kind `none`, outcome `missed`"
-    " when none did), the worker it prefetched on, and how it ended. Settled just after the turn ends.",
-    "required": ["id", "kind", "outcome", "target_worker"],
-    "properties": {
-        "id": {"type": "string"},
-        "kind": {"enum": ["typing", "tool_result", "tool_call", "explicit", "none"]},
-        "outcome": {"enum": ["used", "late", "wasted", "missed", "cancelled"]},
-        "target_worker": {"type": ["string", "null"]},
-    },
-}
-_TURN_USAGE = {
-    "type": "object",
-    "required": ["prompt_tokens", "completion_tokens", "cached_tokens", "cached_tokens_by_tier"],
-    "properties": {
-        "prompt_tokens": _NULLABLE_INT,
-        "completion_tokens": _NULLABLE_INT,
-        "cached_tokens": _NULLABLE_INT,
-        "cached_tokens_details": {"type": ["object", "null"], "description": "SGLang's cache report as it came"},
-        "cached_tokens_by_tier": {
-            "type": "object",
-            "description": "Prompt tokens whose KV came from each tier: the worker's device, its host memory, or the "
-            "shared pool (storage)",
-            "required": ["device", "host", "storage"],
-            "properties": {"device": {"type": "integer"}, "host": {"type": "integer"}, "storage": {"type": "integer"}},
-        },
-    },
-}
-_TURN = {
-    "type": "object",
-    "required": ["id", "object", "session_id", "seq", "status", "worker", "usage", "advisory", "timings"],
-    "properties": {
-        "id": {"type": "string"},
-        "object": {"const": "session.turn"},
-        "session_id": {"type": "string"},
-        "seq": {"type": "integer"},
-        "status": {"enum": ["pending", "ok", "failed", "cancelled"]},
-        "input_messages": {"type": "array", "items": {"type": "object"}},
-        "context_reset": {"type": "boolean"},
-        "output_message": {"type": ["object", "null"]},
-        "finish_reason": {"type": ["string", "null"]},
-        "model": {"type": ["string", "null"]},
-        "worker": {"type": ["string", "null"], "description": "the worker that served the turn"},
-        "error": {"type": ["object", "null"]},
-        "usage": {"oneOf": [{"$ref": "#/components/schemas/TurnUsage"}, {"type": "null"}]},
-        "advisory": {"oneOf": [{"$ref": "#/components/schemas/TurnAdvisory"}, {"type": "null"}]},
-        "timings": {
-            "type": "object",
-            "properties": {
-                "received_at": _NULLABLE_TIME,
-                "dispatched_at": _NULLABLE_TIME,
-                "first_token_at": _NULLABLE_TIME,
-                "ended_at": _NULLABLE_TIME,
-            },
-        },
-        "tool_calls": {"type": "array", "items": {"type": "object"}},
-    },
-}
-_TURN_LIST = {
-    "type": "object",
-    "required": ["object", "data"],
-    "properties": {
-        "object": {"const": "list"},
-        "data": {"type": "array", "items": {"$ref": "#/components/schemas/Turn"}},
-    },
-}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -145,11 +78,17 @@ def _op(
     errors: tuple[str, ...] = ("400", "401", "404"),
     auth: bool = True,
     extra: dict[str, Any] | None = None,
+    extra_responses: dict[str, Any] | None = None,
+    stream: bool = False,
 ) -> dict[str, Any]:
     status, schema = ok
-    op: dict[str, Any] = {"summary": summary, "responses": {status: {"description": "OK", "content": _json(schema)}}}
+    content = _json(schema)
+    if stream:  # OpenAPI 3.1: an event stream's `schema` describes each event
+        content["text/event-stream"] = {"schema": _ref("ChatCompletionEvent")}
+    op: dict[str, Any] = {"summary": summary, "responses": {status: {"description": "OK", "content": content}}}
     for code in errors:
         op["responses"][code] = {"description": "Error (OpenAI error format)", "content": _json(_ref("Error"))}
+    op["responses"].update(extra_responses or {})
     if body is not None:
         op["requestBody"] = {"required": body_required, "content": _json(_ref(body))}
     if params:
@@ -191,37 +130,7 @@ _WEBHOOK_HEADERS = [
     {"name": TIMESTAMP_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
     {"name": SIGNATURE_HEADER, "in": "header", "required": True, "schema": {"type": "string"}},
 ]
-_SIGNAL = {
-    "type": "object",
-    "description": "What the advisor did: fired, scheduled, refreshed, stopping, skipped (with a reason) or none. "
-    "Every state but skipped and none names the live advisory.",
-    "required": ["object", "state"],
-    "properties": {
-        "object": {"const": "advisory"},
-        "state": {"enum": ["fired", "scheduled", "refreshed", "stopping", "skipped", "none"]},
-        "id": {"type": "string"},
-        "kind": {"enum": ["typing", "tool_result", "tool_call", "explicit"]},
-        "worker": {"type": "string", "description": "the worker asked to prefetch"},
-        "target": {"enum": ["device", "host"]},
-        "expires_in_s": {"type": "number"},
-        "reason": {"type": "string"},
-    },
-}
-_TOOL_RESULT = {
-    "type": "object",
-    "required": ["object", "session_id", "tool_call_id", "name", "advisory"],
-    "properties": {
-        "object": {"const": "session.tool_result"},
-        "session_id": {"type": "string"},
-        "tool_call_id": {"type": "string"},
-        "name": {"type": "string"},
-        "duration_ms": {"type": ["number", "null"]},
-        "advisory": {
-            "description": "null while other calls of the same turn are still out (the advisory waits for the last)",
-            "oneOf": [{"$ref": "#/components/schemas/SignalAnswer"}, {"type": "null"}],
-        },
-    },
-}
+_SIGNAL = {"$ref": _REF.format(model="Advisory"), "description": "What the advisor did."}
 _LIMIT = {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1}}
 _SESSION_HEADERS = [
     {"name": "X-Session-Id", "in": "header", "required": False, "schema": {"type": "string"}},
@@ -258,14 +167,7 @@ def _components() -> dict[str, Any]:
         "ToolResultRequest": ToolResultBody,
         "AdviseRequest": AdviseBody,
     }
-    schemas: dict[str, Any] = {
-        "Error": _ERROR,
-        "Session": _SESSION,
-        "Turn": _TURN,
-        "TurnUsage": _TURN_USAGE,
-        "TurnAdvisory": _TURN_ADVISORY,
-        "SignalAnswer": _SIGNAL,
-    }
+    schemas: dict[str, Any] = {"Error": _ERROR, "Session": _SESSION, **RESPONSE_SCHEMAS}
     for name, model in models.items():
         schema = model.model_json_schema(ref_template=_REF)
         schemas.update(schema.pop("$defs", {}))
@@ -278,60 +180,56 @@ def _components() -> dict[str, Any]:
 
 def openapi_document() -> dict[str, Any]:
     anything: dict[str, Any] = {"type": "object"}
+    r = _ref
     paths: dict[str, Any] = {
         "/v1/chat/completions": {
             "post": _op(
                 "One session turn (OpenAI-compatible; `stream: true` answers with server-sent events)",
-                ("200", anything),
+                ("200", r("ChatCompletion")),
                 body="ChatCompletionRequest",
                 params=_SESSION_HEADERS,
                 errors=("400", "401", "404", "409", "413", "429", "502", "503", "504"),
+                stream=True,
             )
         },
-        "/v1/models": {"get": _op("The models the workers serve", ("200", _LIST), errors=("401",))},
+        "/v1/models": {"get": _op("The models the workers serve", ("200", list_of("Model")), errors=("401",))},
         "/v1/sessions": {
             "post": _op(
                 "Create a session", ("201", _ref("Session")), body="CreateSessionRequest", errors=("400", "401", "409")
             ),
             "get": _op(
                 "List the tenant's sessions, newest first",
-                ("200", _LIST),
+                ("200", list_of("Session", paged=True)),
                 params=[_LIMIT, {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}}],
             ),
         },
         "/v1/sessions/{session_id}": {
             "get": _session_op("A session", ("200", _ref("Session"))),
             "patch": _session_op("Change priority or metadata", ("200", _ref("Session")), body="UpdateSessionRequest"),
-            "delete": _session_op("Delete a session with its turns", ("200", anything)),
+            "delete": _session_op("Delete a session with its turns", ("200", r("SessionDeleted"))),
         },
         "/v1/sessions/{session_id}/turns": {
-            "get": _op(
-                "The session's turns: worker, cached tokens by tier, the advisory settled against each",
-                ("200", _TURN_LIST),
-                params=[_SESSION_PARAM, _LIMIT],
-            )
+            "get": _op("The session's turns", ("200", list_of("Turn")), params=[_SESSION_PARAM, _LIMIT])
         },
         "/v1/sessions/{session_id}/messages": {
-            "get": _session_op("The session's context as chat messages", ("200", _LIST))
+            "get": _session_op("The session's context as chat messages", ("200", list_of("Message")))
         },
         "/v1/sessions/{session_id}/typing": {
             "post": _session_op(
                 "The user started or stopped typing: a hint to prefetch the session's KV",
-                ("202", _ref("SignalAnswer")),
+                ("202", _SIGNAL),
                 body="TypingRequest",
             )
         },
         "/v1/sessions/{session_id}/tool_results": {
             "post": _session_op(
-                "A tool call of the session returned: a hint that the next turn follows",
-                ("202", _TOOL_RESULT),
-                body="ToolResultRequest",
+                "A tool call of the session returned", ("202", r("ToolResult")), body="ToolResultRequest"
             )
         },
         "/v1/sessions/{session_id}/advise": {
             "post": _session_op(
                 "An explicit hint that the session's next turn is coming",
-                ("202", _ref("SignalAnswer")),
+                ("202", _SIGNAL),
                 body="AdviseRequest",
                 body_required=False,
             )
@@ -340,7 +238,7 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "Typing signal from a trusted sender, signed with the webhook secret (HMAC-SHA256 over "
                 "`timestamp.body`); 404 while no secret is configured",
-                ("202", _ref("SignalAnswer")),
+                ("202", _SIGNAL),
                 body="TypingWebhookRequest",
                 params=_WEBHOOK_HEADERS,
                 errors=("400", "401", "404"),
@@ -348,23 +246,30 @@ def openapi_document() -> dict[str, Any]:
             )
         },
         "/v1/admin/sessions": {
-            "get": _admin_op("Sessions across tenants, newest first", ("200", _LIST), params=_ADMIN_SESSION_FILTERS)
+            "get": _op(
+                "Sessions across tenants, newest first",
+                ("200", list_of("Session", paged=True)),
+                params=_ADMIN_SESSION_FILTERS,
+                errors=(*_ADMIN_ERRORS, "404"),  # 404: `after` names no session
+            )
         },
         "/v1/admin/sessions/{session_id}": {
             "get": _admin_op(
-                "A session with its turns, advisories and believed KV placement", ("200", anything), of=_SESSION_PARAM
+                "A session with its turns, advisories and believed KV placement",
+                ("200", r("AdminSession")),
+                of=_SESSION_PARAM,
             ),
             "patch": _admin_op(
                 "Change a session's priority", ("200", _ref("Session")), body="AdminSessionPatch", of=_SESSION_PARAM
             ),
             "delete": _admin_op(
-                "Drop the session's KV on every worker, then delete it", ("200", anything), of=_SESSION_PARAM
+                "Drop the session's KV on every worker, then delete it", ("200", r("SessionDeleted")), of=_SESSION_PARAM
             ),
         },
         "/v1/admin/sessions/{session_id}/kv/retain": {
             "post": _admin_op(
                 "Every routable worker keeps the session's KV",
-                ("200", anything),
+                ("200", r("SessionKv")),
                 body="RetainKvRequest",
                 body_required=False,
                 of=_SESSION_PARAM,
@@ -372,48 +277,61 @@ def openapi_document() -> dict[str, Any]:
         },
         "/v1/admin/sessions/{session_id}/kv/drop": {
             "post": _admin_op(
-                "Every routable worker (and the pool) drops the session's KV", ("200", anything), of=_SESSION_PARAM
+                "Every routable worker (and the pool) drops the session's KV",
+                ("200", r("SessionKv")),
+                of=_SESSION_PARAM,
             )
         },
         "/v1/admin/sessions/{session_id}/close": {
             "post": _admin_op("Close a session: no more turns", ("200", _ref("Session")), of=_SESSION_PARAM)
         },
-        "/v1/admin/workers": {"get": _admin_op("Workers: health, draining, load", ("200", _LIST))},
+        "/v1/admin/workers": {"get": _admin_op("Workers: health, draining, load", ("200", list_of("Worker")))},
         "/v1/admin/workers/{worker_id}/drain": {
-            "post": _admin_op("Route no new requests to the worker", ("200", anything), of=_WORKER_PARAM)
+            "post": _admin_op("Route no new requests to the worker", ("200", r("Worker")), of=_WORKER_PARAM)
         },
         "/v1/admin/workers/{worker_id}/undrain": {
-            "post": _admin_op("Route requests to the worker again", ("200", anything), of=_WORKER_PARAM)
+            "post": _admin_op("Route requests to the worker again", ("200", r("Worker")), of=_WORKER_PARAM)
         },
-        "/v1/admin/advisories/stats": {"get": _admin_op("Advisory outcomes per signal kind", ("200", anything))},
+        "/v1/admin/advisories/stats": {
+            "get": _admin_op("Advisory outcomes per signal kind", ("200", r("AdvisoryStats")))
+        },
         "/v1/admin/keys": {
             "post": _admin_op(
-                "Create a tenant key (its secret is in this answer only)", ("201", anything), body="CreateKeyRequest"
+                "Create a tenant key (its secret is in this answer only)",
+                ("201", r("ApiKeyCreated")),
+                body="CreateKeyRequest",
             ),
             "get": _admin_op(
                 "List keys (never their secrets)",
-                ("200", _LIST),
+                ("200", list_of("ApiKey")),
                 params=[{"name": "tenant", "in": "query", "required": False, "schema": {"type": "string"}}],
             ),
         },
-        "/v1/admin/keys/{key_id}": {"delete": _admin_op("Revoke a key", ("200", anything), of=_KEY_PARAM)},
+        "/v1/admin/keys/{key_id}": {"delete": _admin_op("Revoke a key", ("200", r("ApiKey")), of=_KEY_PARAM)},
         "/openapi.json": {"get": _op("This document", ("200", anything), errors=(), auth=False)},
         "/v1/admin/tenants": {
-            "get": _admin_op("Tenants, with their limit overrides and the limits they get", ("200", _LIST))
+            "get": _admin_op("Tenants, with their limit overrides and the limits they get", ("200", list_of("Tenant")))
         },
-        "/v1/admin/tenants/{tenant_id}": {"get": _admin_op("A tenant", ("200", anything), of=_TENANT_PARAM)},
+        "/v1/admin/tenants/{tenant_id}": {"get": _admin_op("A tenant", ("200", r("Tenant")), of=_TENANT_PARAM)},
         "/v1/admin/tenants/{tenant_id}/limits": {
             # Any tenant id may get limits before its first key or session: no 404.
             "put": _admin_op(
                 "Replace the tenant's limit overrides (null: the global setting; 0: no limit)",
-                ("200", anything),
+                ("200", r("Tenant")),
                 body="TenantLimitsRequest",
                 params=[_TENANT_PARAM],
             )
         },
-        "/healthz": {"get": _op("Liveness", ("200", anything), errors=(), auth=False)},
+        "/healthz": {"get": _op("Liveness", ("200", r("Health")), errors=(), auth=False)},
         "/readyz": {
-            "get": _op("Readiness: store and a routable worker", ("200", anything), errors=("503",), auth=False)
+            "get": _op(
+                "Readiness: store and a routable worker",
+                ("200", r("Readiness")),
+                errors=(),
+                auth=False,
+                # Not ready is the same object, not an error: load balancers and people read its checks.
+                extra_responses={"503": {"description": "Not ready", "content": _json(r("Readiness"))}},
+            )
         },
         "/metrics": {
             "get": _op(

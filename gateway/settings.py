@@ -4,16 +4,22 @@ Every default lives in the field declarations below, nowhere else, except those 
 policies: they are the pure objects' own (`gateway.routing`), which the cluster simulator builds without settings,
 and are read from there so the two cannot drift apart. Values come, in order of precedence, from
 explicit overrides (CLI flags), then `SESSIONGATE_`-prefixed environment variables, then these defaults.
-Nothing reads the environment at import time: `GatewaySettings.from_env()` is called by the entry point.
+Nothing reads the environment at import time: `GatewaySettings.from_env()` is called by the entry point; the
+constructor takes only what it is given (keywords) and the defaults.
+
+One mechanism (pydantic-settings, as `sglang_ext.worker_config.WorkerConfig`): every way of building settings (the
+constructor, `from_env`, `replace`) validates the same fields the same way, and a bad value is one `SettingsError`
+that names its variable.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .routing import DEFAULT_RESERVATION_MARGIN_S, POLICY_NAMES, CostModel
 
@@ -29,8 +35,11 @@ class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the variable."""
 
 
-@dataclass(frozen=True, slots=True)
-class GatewaySettings:
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", enable_decoding=False, validate_default=True
+    )
+
     host: str = "127.0.0.1"
     port: int = 8000
     # How long the gateway keeps an idle client connection open. It must exceed the idle expiry of every client
@@ -128,24 +137,57 @@ class GatewaySettings:
     # A tool-call advisory is fired this long before the tool is expected to end (recorded durations).
     advisory_lead_s: float = 1.0
 
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError(_describe(exc)) from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # the environment only through `from_env`, never behind a constructor's back
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> GatewaySettings:
         """Build settings from `SESSIONGATE_*` variables, then apply non-None `overrides`."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            name = ENV_PREFIX + f.name.upper()
-            if name in env:
-                values[f.name] = _parse(name, env[name], f.type)
+        values = _MappingEnvSource(cls, os.environ if environ is None else environ)()
         values.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            settings = cls(**values)
-        except TypeError as exc:
-            raise SettingsError(str(exc)) from exc
-        settings.validate()
-        return settings
+        return cls(**values)
 
-    def validate(self) -> None:
+    def replace(self, **changes: Any) -> GatewaySettings:
+        """A copy with `changes`, validated like any other settings (what `dataclasses.replace` was)."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _split_workers(cls, value: Any) -> Any:
+        if isinstance(value, str):  # the environment's "http://a:1/, http://b:2"
+            value = value.split(",")
+        if isinstance(value, list | tuple):
+            return tuple(str(url).strip().rstrip("/") for url in value if str(url).strip())
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_false(cls, data: Any) -> Any:
+        # An empty boolean variable (`SESSIONGATE_LOG_JSON=`) has always meant false.
+        if isinstance(data, dict):
+            return {k: False if v == "" and _is_bool(cls, k) else v for k, v in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _validated(self) -> GatewaySettings:
+        self._check()
+        return self
+
+    def _check(self) -> None:
         for url in self.workers:
             if not url.startswith(("http://", "https://")):
                 raise SettingsError(f"{ENV_PREFIX}WORKERS: {url!r} is not an http(s) URL")
@@ -191,25 +233,31 @@ class GatewaySettings:
             raise SettingsError(f"{ENV_PREFIX}HOST_TO_DEVICE_LATENCY_S and POOL_TO_DEVICE_LATENCY_S must be >= 0")
 
 
-# The names gateway.routing.make_policy knows (kept here so settings import nothing of the gateway).
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source, over a given mapping instead of `os.environ`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {key.lower(): value for key, value in self._environ.items()}
 
 
-def _parse(name: str, raw: str, annotation: object) -> object:
-    kind = str(annotation)
-    try:
-        if kind == "bool":
-            lowered = raw.strip().lower()
-            if lowered not in _TRUE | _FALSE:
-                raise ValueError(raw)
-            return lowered in _TRUE
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        if kind.startswith("tuple"):
-            return tuple(part.strip().rstrip("/") for part in raw.split(",") if part.strip())
-    except ValueError as exc:
-        raise SettingsError(f"{name}={raw!r} is not a valid {kind}") from exc
-    return raw
+def _is_bool(cls: type[BaseSettings], name: str) -> bool:
+    field = cls.model_fields.get(name)
+    return field is not None and field.annotation is bool
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line per bad value, each naming its environment variable (also the keyword, in lower case)."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:  # a check across fields: its message names the variables
+            problems.append(message)
+        elif error["type"] == "extra_forbidden":
+            problems.append(f"unknown setting {error['loc'][0]!r}")
+        else:
+            problems.append(f"{ENV_PREFIX}{str(error['loc'][0]).upper()}={error['input']!r}: {message}")
+    return "; ".join(problems)

@@ -6,8 +6,14 @@ set -euo pipefail
 host=127.0.0.1 port=5432
 
 answers() { timeout 3 bash -c "exec 3<>/dev/tcp/$host/$port" 2>/dev/null; }
+# The store-down fault test runs its own throwaway cluster with initdb and pg_ctl, wherever the distribution put them.
+bindir() {
+  local dir
+  if dir="$(bash "$(dirname "$0")/postgres-bindir.sh")"; then echo "[postgres] server binaries in $dir"
+  else echo "[postgres] no initdb/pg_ctl found: tests/faults/test_store_down.py will not run" >&2; fi
+}
 
-if answers; then echo "[postgres] already running on $host:$port"; exit 0; fi
+if answers; then echo "[postgres] already running on $host:$port"; bindir; exit 0; fi
 
 if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
   if [ "$(id -u)" != 0 ]; then
@@ -26,6 +32,6 @@ if ! grep -q "sessiongate-tests" "$hba"; then
   sed -i "1i host all postgres 127.0.0.1/32 trust # sessiongate-tests\nhost all postgres ::1/128 trust # sessiongate-tests" "$hba"
 fi
 pg_ctlcluster --skip-systemctl-redirect "$version" main start || pg_ctlcluster --skip-systemctl-redirect "$version" main restart
-for _ in $(seq 1 30); do answers && { echo "[postgres] started $version on $host:$port"; exit 0; }; sleep 1; done
+for _ in $(seq 1 30); do answers && { echo "[postgres] started $version on $host:$port"; bindir; exit 0; }; sleep 1; done
 echo "[postgres] did not start" >&2
 exit 1

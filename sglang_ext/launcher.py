@@ -15,7 +15,6 @@ the launcher imports nothing of SGLang or torch.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -86,8 +85,7 @@ def resolve_config(config: WorkerConfig) -> WorkerConfig:
     device = config.device
     if device == "auto":
         device = "cuda" if has_cuda() else "cpu"
-    return dataclasses.replace(
-        config,
+    return config.replace(
         device=device,
         state_dir=config.state_dir.resolve(),
         # A hub id stays as given; a local directory becomes absolute.
@@ -266,7 +264,7 @@ def _claim_ports(config: WorkerConfig, claims: PortClaims) -> WorkerConfig:
     except PortTaken as error:
         claims.release_all()
         raise WorkerStartError(f"cannot start the worker at {config.url}: {error}") from None
-    return dataclasses.replace(config, nccl_port=nccl_port)
+    return config.replace(nccl_port=nccl_port)
 
 
 def _shown(command: list[str]) -> str:

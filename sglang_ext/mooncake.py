@@ -18,7 +18,6 @@ worker interpreter (`MasterConfig.python`), which has the package.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -78,8 +77,7 @@ class MasterConfig:
 
     def pool_of(self, worker: WorkerConfig) -> WorkerConfig:
         """`worker` with this master's Mooncake Store as its KV pool."""
-        return dataclasses.replace(
-            worker,
+        return worker.replace(
             storage_backend="mooncake",
             mooncake_master=self.master_address,
             mooncake_metadata_server=self.metadata_server,

@@ -5,19 +5,26 @@ one from command-line flags, each of which falls back to an environment variable
 `SESSIONGATE_WORKER_<FIELD>` and then to the field's default (flag > environment > default).
 Arguments after a bare `--` (or in `SESSIONGATE_WORKER_EXTRA_ARGS`, shell-quoted) are passed to
 SGLang unchanged.
+
+One mechanism (pydantic-settings, as `gateway.settings.GatewaySettings`): the constructor, `from_env`, `replace`
+and the CLI validate the same fields the same way; a bad value is one `WorkerConfigError` naming its variable (the
+CLI: its flag or variable, as a usage error). The constructor reads no environment.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import os
 import shlex
+import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from sglang_ext.models import MODEL_NAMES, MODELS, ModelName
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from sglang_ext.models import MODELS, ModelName
 
 __all__ = [
     "CPU_CHUNKED_PREFILL_SIZE",
@@ -25,6 +32,7 @@ __all__ = [
     "CPU_MAX_TOTAL_TOKENS",
     "ENV_PREFIX",
     "WorkerConfig",
+    "WorkerConfigError",
     "parse_worker_config",
 ]
 
@@ -38,11 +46,25 @@ CPU_CHUNKED_PREFILL_SIZE = 1024
 
 Device = Literal["auto", "cpu", "cuda"]
 PrefetchPolicy = Literal["best_effort", "wait_complete", "timeout"]
+Positive = Annotated[int, Field(ge=1)]
 
 
-@dataclass(frozen=True)
-class WorkerConfig:
+class WorkerConfigError(ValueError):
+    """A worker setting has a value that cannot be used; the message names the variable."""
+
+
+class WorkerConfig(BaseSettings):
     """One SGLang worker: model, address, KV cache tiers, and where its files go."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        frozen=True,
+        extra="forbid",
+        enable_decoding=False,
+        validate_default=True,
+        use_attribute_docstrings=True,
+        protected_namespaces=(),
+    )
 
     model_path: Path | None = None
     """A model directory or hub id; None makes the named `model_size` model under `state_dir`."""
@@ -62,12 +84,12 @@ class WorkerConfig:
     dtype: str | None = None
     """SGLang's `--dtype`; None: `float32` on CPU (AVX2 has no fast fp16/bf16 matmul: 2k-token prefill
     of the medium model took 9.3 s in float16, 1.2 s in float32), `auto` on GPU."""
-    cpu_threads: int | None = None
+    cpu_threads: Positive | None = None
     """Threads of the CPU engine's torch operators (`OMP_NUM_THREADS`); ignored on GPU. None: torch's default,
     one per core, right for a worker alone on its machine. Workers that share a machine must share its cores
     (`sglang_ext.hardware.cores_per_worker`): with every core each, their OpenMP threads spin against each
     other and a decode step becomes 9-34x slower (docs/sglang-on-cpu.md)."""
-    max_total_tokens: int | None = None
+    max_total_tokens: Positive | None = None
     """Device KV pool size in tokens. None: on CPU the named model's (`sglang_ext.models`: 4096 for tiny and
     medium, 8192 for smollm2), `CPU_MAX_TOTAL_TOKENS` for a `model_path` (without it SGLang sizes a CPU pool from
     free memory: 15.6 GB on a 24 GiB machine); on a GPU SGLang's sizing from `mem_fraction_static`, what a real
@@ -75,10 +97,10 @@ class WorkerConfig:
     mem_fraction_static: float | None = None
     """On a GPU: the fraction of its memory for weights and the KV pool (SGLang's `--mem-fraction-static`);
     None: SGLang's default for the GPU and model."""
-    context_length: int | None = None
+    context_length: Positive | None = None
     """SGLang's `--context-length`; None: the model's own."""
     page_size: int = 64
-    max_running_requests: int | None = None
+    max_running_requests: Positive | None = None
     """None: `CPU_MAX_RUNNING_REQUESTS` on CPU, SGLang's default on a GPU."""
     chunked_prefill_size: int | None = None
     """None: `CPU_CHUNKED_PREFILL_SIZE` on CPU, SGLang's default on a GPU."""
@@ -150,97 +172,127 @@ class WorkerConfig:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    def __init__(self, _labels: Mapping[str, str] | None = None, **values: Any) -> None:
+        """`_labels`: what to call a field's value in an error (the CLI names its flags); default, its variable."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            labels = _labels or {}
+            raise WorkerConfigError(_describe(exc, lambda name: labels.get(name, ENV_PREFIX + name.upper()))) from None
 
-def _optional(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        return None if text.lower() in ("", "none") else convert(text)
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)  # the environment only through `from_env` and the CLI
 
-    return parse
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:
+        """`SESSIONGATE_WORKER_*` variables, then non-None `overrides`, then the defaults."""
+        values = _environment(os.environ if environ is None else environ)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> WorkerConfig:
+        """A copy with `changes`, validated like any other config (what `dataclasses.replace` was)."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _split_extra_args(cls, value: Any) -> Any:
+        return tuple(shlex.split(value)) if isinstance(value, str) else value  # shell-quoted, from the environment
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_none_and_blank(cls, data: Any) -> Any:
+        # From a flag or the environment, "none" (or nothing) means None for an optional setting: `--model-path none`.
+        if not isinstance(data, dict):
+            return data
+        return {k: None if _none_text(v) and _optional_field(k) else v for k, v in data.items()}
 
 
-def _boolean(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
-# Field -> how its text is read; the field's type decides, so a new field needs a line here.
-_CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "model_path": _optional(Path),
-    "model_size": str,
-    "state_dir": Path,
-    "host": str,
-    "port": int,
-    "device": str,
-    "gpu_id": _optional(str),
-    "dtype": _optional(str),
-    "cpu_threads": _optional(_positive),
-    "max_total_tokens": _optional(_positive),
-    "mem_fraction_static": _optional(float),
-    "context_length": _optional(_positive),
-    "page_size": int,
-    "max_running_requests": _optional(_positive),
-    "chunked_prefill_size": _optional(int),
-    "served_model_name": _optional(str),
-    "hierarchical_cache": _boolean,
-    "hicache_ratio": float,
-    "hicache_io_backend": _optional(str),
-    "storage_backend": _optional(str),
-    "pool_dir": _optional(Path),
-    "mooncake_master": str,
-    "mooncake_metadata_server": str,
-    "mooncake_segment_bytes": int,
-    "mooncake_protocol": str,
-    "prefetch_policy": str,
-    "priority_eviction": _boolean,
-    "prefetch_threshold": _optional(int),
-    "tool_call_parser": _optional(str),
-    "log_file": _optional(Path),
-    "log_level": str,
-    "python": _optional(str),
-    "extension": _boolean,
-    "nccl_port": _optional(int),
-    "api_key": _optional(str),
-}
 _SECRET_FIELDS = ("api_key",)
-_CHOICES: dict[str, Sequence[str]] = {
-    "model_size": MODEL_NAMES,
-    "device": ("auto", "cpu", "cuda"),
-    "prefetch_policy": ("best_effort", "wait_complete", "timeout"),
-}
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source, over a given mapping instead of `os.environ`."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(WorkerConfig)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {key.lower(): value for key, value in self._environ.items()}
+
+
+def _environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    return _MappingEnvSource(environ)()
+
+
+def _none_text(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() in ("", "none")
+
+
+def _optional_field(name: str) -> bool:
+    field = WorkerConfig.model_fields.get(name)
+    if field is None:
+        return False
+    annotation = field.annotation
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def _choices(name: str) -> tuple[str, ...]:
+    annotation = WorkerConfig.model_fields[name].annotation
+    return tuple(str(a) for a in get_args(annotation)) if get_origin(annotation) is Literal else ()
+
+
+def _describe(exc: ValidationError, label: Callable[[str], str]) -> str:
+    """One line per bad value, each naming where it came from (`label` of its field)."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        message = error["msg"].removeprefix("Value error, ")
+        if not error["loc"]:
+            problems.append(message)
+        elif error["type"] == "extra_forbidden":
+            problems.append(f"unknown setting {error['loc'][0]!r}")
+        else:
+            problems.append(f"{label(str(error['loc'][0]))}={error['input']!r}: {message}")
+    return "; ".join(problems)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def _build_parser(environ: Mapping[str, str], prog: str) -> argparse.ArgumentParser:
+    """Flags as text: `WorkerConfig` converts and checks them, as it does the environment's."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Run one SGLang worker with the sessiongate extension, in the foreground.",
         epilog=f"Each flag defaults to ${ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PORT). "
         "Arguments after `--` go to SGLang unchanged.",
     )
-    for field in dataclasses.fields(WorkerConfig):
-        if field.name == "extra_args":
+    from_env = _environment(environ)
+    for name, field in WorkerConfig.model_fields.items():
+        if name == "extra_args":
             continue
-        convert = _CONVERTERS[field.name]
-        env_name = ENV_PREFIX + field.name.upper()
-        default = convert(environ[env_name]) if env_name in environ else field.default
+        env_name = ENV_PREFIX + name.upper()
+        default = from_env.get(name, field.default)
+        shown = "<set>" if name in _SECRET_FIELDS and default else default
+        choices = _choices(name)
         parser.add_argument(
-            "--" + field.name.replace("_", "-"),
-            dest=field.name,
-            type=convert,
-            default=default,
-            choices=_CHOICES.get(field.name),
-            metavar=field.name.upper(),
-            help=f"(default: {'<set>' if field.name in _SECRET_FIELDS and default else default}; env {env_name})",
+            _flag(name),
+            dest=name,
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=(f"{field.description.split(chr(10))[0]} " if field.description else "")
+            + (f"One of {', '.join(choices)}. " if choices else "")
+            + f"(default: {shown}; env {env_name})",
         )
     return parser
 
@@ -248,11 +300,19 @@ def _build_parser(environ: Mapping[str, str], prog: str) -> argparse.ArgumentPar
 def parse_worker_config(
     argv: Sequence[str], environ: Mapping[str, str], prog: str = "sessiongate worker"
 ) -> WorkerConfig:
-    """Flags > `SESSIONGATE_WORKER_*` environment > `WorkerConfig` defaults."""
+    """Flags > `SESSIONGATE_WORKER_*` environment > `WorkerConfig` defaults; a bad value is a usage error (exit 2)
+    naming the flag or the variable it came from."""
     args = list(argv)
-    extra: list[str] = shlex.split(environ.get(ENV_PREFIX + "EXTRA_ARGS", ""))
+    passthrough: list[str] | None = None
     if "--" in args:
         split = args.index("--")
-        args, extra = args[:split], args[split + 1 :]
-    namespace = _build_parser(environ, prog).parse_args(args)
-    return WorkerConfig(**vars(namespace), extra_args=tuple(extra))
+        args, passthrough = args[:split], args[split + 1 :]
+    parser = _build_parser(environ, prog)
+    flags = vars(parser.parse_args(args))
+    values = {**_environment(environ), **flags}
+    if passthrough is not None:
+        values["extra_args"] = tuple(passthrough)
+    try:
+        return WorkerConfig(_labels={name: _flag(name) for name in flags}, **values)
+    except WorkerConfigError as error:
+        parser.error(str(error))

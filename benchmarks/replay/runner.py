@@ -3,6 +3,7 @@
     sessiongate bench replay --workload sharegpt --loads 2,4 --out benchmarks/results/replay-sharegpt
     sessiongate bench replay --busy-worker --out benchmarks/results/busy-worker
     sessiongate bench replay --url http://127.0.0.1:8000 --systems kv_aware   # a stack you started yourself
+    sessiongate bench replay --workload agent --loads 4,8 --dry-run   # check flags, traces, profile; run nothing
 
 For each system the harness starts fresh workers (cold caches, an empty pool) and its front, then runs the loads
 in increasing order on them; each load draws its own sessions (other seeds), so no load reuses another's prefixes.
@@ -25,7 +26,7 @@ import httpx
 
 from benchmarks.metrics import RunSummary, summarize, summary_from_dict, write_records
 from benchmarks.report import write_report
-from benchmarks.workloads import SessionTrace
+from benchmarks.workloads import SessionTrace, TracesMissingError
 from sglang_ext.models import MODEL_NAMES
 
 from .common import (
@@ -99,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rerender", action="store_true", help="only rewrite the report from <out>/summaries.json")
     p.add_argument("--note", action="append", default=[], help="with --rerender: a note to add to the report")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the flags, the trace files and the CPU profile, print the plan and exit; start and write nothing",
+    )
     return p
 
 
@@ -172,6 +178,28 @@ def rerender(out: Path, args: argparse.Namespace) -> None:
     write_report(out, lines[0].lstrip("# "), summaries, notes=notes, slo_p99_ttft_s=args.slo_p99_ttft_s)
 
 
+def dry_run(args: argparse.Namespace, systems: list[str], loads: list[int], out: Path) -> int:
+    """Everything a run would read before its first worker starts, read now: a sweep that would fail an hour in
+    on a missing trace or profile fails here instead."""
+    if args.cpu_profile is not None and args.cpu_profile.lower() != "none" and not Path(args.cpu_profile).is_file():
+        raise SystemExit(f"--cpu-profile {args.cpu_profile}: no such file")
+    cluster_config(args)  # parses the CPU profile into kv_aware's cost model
+    for load in loads:
+        try:
+            sessions = load_sessions(args, args.sessions_per_slot * load, seed=args.seed * 1000 + load)
+        except TracesMissingError as exc:
+            raise SystemExit(str(exc)) from exc
+        if not sessions:
+            raise SystemExit(f"the {args.workload} trace gives no session of {args.min_turns}+ turns at load {load}")
+        print(f"load {load}: {len(sessions)} sessions, {sum(len(s.turns) for s in sessions)} turns", flush=True)
+    target = args.url or f"{args.workers} fresh {args.model_size} worker(s) per system"
+    print(f"systems {', '.join(systems)} against {target}; report in {out}")
+    for note in run_notes(args):
+        print(f"- {note}")
+    print("dry run: nothing started, nothing written")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(argv or [])
@@ -182,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
     loads = sorted(int(x) for x in args.loads.split(","))
     out: Path = args.out or Path("benchmarks/results") / f"replay-{args.workload}"
+    if args.dry_run:
+        return dry_run(args, systems, loads, out)
     out.mkdir(parents=True, exist_ok=True)
     if args.rerender:
         rerender(out, args)

@@ -125,7 +125,7 @@ def start_workers(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> li
             port = free_port()
             config = WorkerConfig(
                 state_dir=cluster.state_dir,
-                model_size=cluster.model_size,  # type: ignore[arg-type]
+                model_size=cluster.model_size,
                 port=port,
                 device="cpu",
                 cpu_threads=cores_per_worker(cluster.workers),

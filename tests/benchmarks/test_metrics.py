@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import math
 from pathlib import Path
@@ -121,6 +122,14 @@ def test_records_round_trip_as_json_lines(tmp_path: Path) -> None:
     records = [_record(0, sent=0.0, first=0.5, done=1.0, worker="w1"), _record(1, sent=1, first=None, done=None)]
     path = tmp_path / "runs" / "records.jsonl"
     write_records(path, records)
+    assert read_records(path) == records
+
+
+def test_records_round_trip_gzip_compressed(tmp_path: Path) -> None:
+    records = [_record(0, sent=0.0, first=0.5, done=1.0, worker="w1"), _record(1, sent=1, first=None, done=None)]
+    path = tmp_path / "records.jsonl.gz"
+    write_records(path, records)
+    assert gzip.decompress(path.read_bytes()).decode().count("\n") == 2
     assert read_records(path) == records
 
 

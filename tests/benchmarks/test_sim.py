@@ -337,3 +337,16 @@ def test_cli_validates_against_replay_records(tmp_path: Path) -> None:
     assert row["system"] == "sticky"
     assert row["relative_error"]["mean"] == pytest.approx(-0.5, abs=1e-6)
     assert "TTFT prediction error" in (out / "validation.md").read_text()
+
+
+def test_the_kept_replay_records_reproduce_the_documented_validation(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/simulator.md's validation table, row kv_aware at 4 sessions, from the gzip-compressed records the
+    repository keeps for it (benchmarks/results/replay-sharegpt-cpu/records/)."""
+    repo = Path(__file__).resolve().parents[2]
+    records = repo / "benchmarks" / "results" / "replay-sharegpt-cpu" / "records" / "kv_aware-4.jsonl.gz"
+    profile = repo / "benchmarks" / "sim" / "profiles" / "cpu_tiny.json"
+    argv = ["--calibration", "cpu", "--workers", "2", "--cpu-profile", str(profile), "--validate", str(records)]
+    assert main(argv) == 0
+    assert "| kv_aware | 2 | 142 | 32 / 29 / 93 | 21 / 17 / 47 | -35% / -40% / -49% |" in capsys.readouterr().out
+    documented = (repo / "docs" / "simulator.md").read_text()
+    assert "| kv_aware | 4 | 142 | 32 / 93 | 21 / 47 | -35% / -49% |" in documented

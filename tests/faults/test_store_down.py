@@ -4,6 +4,8 @@ after: success, and the store holds no half-written turn."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -18,18 +20,28 @@ import pytest
 
 from benchmarks.processes import free_port
 
-PG_BIN = shutil.which("pg_ctl")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def postgres_bindir() -> Path | None:
+    """Where initdb and pg_ctl are: scripts/postgres-bindir.sh knows Debian's /usr/lib/postgresql/<v>/bin."""
+    found = subprocess.run(
+        ["bash", str(REPO / "scripts" / "postgres-bindir.sh")], capture_output=True, text=True, timeout=30
+    )
+    return Path(found.stdout.strip()) if found.returncode == 0 else None
 
 
 class ThrowawayPostgres:
     """initdb in a temp dir and pg_ctl on a free port, run as the postgres OS user; stopped at the end."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, bindir: Path) -> None:
+        self.initdb = shlex.quote(str(bindir / "initdb"))
+        self.pg_ctl = shlex.quote(str(bindir / "pg_ctl"))
         self.data = root / "pgdata"
         self.port = free_port()
         self.log = root / "postgres.log"
         shutil.chown(root, "postgres")
-        self._as_postgres(f"initdb -D {self.data} -A trust -U postgres --no-sync > {root / 'initdb.log'} 2>&1")
+        self._as_postgres(f"{self.initdb} -D {self.data} -A trust -U postgres --no-sync > {root / 'initdb.log'} 2>&1")
 
     @property
     def url(self) -> str:
@@ -40,25 +52,27 @@ class ThrowawayPostgres:
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._as_postgres(f"pg_ctl -D {self.data} -o '{options}' -l {self.log} -w start > /dev/null")
+        self._as_postgres(f"{self.pg_ctl} -D {self.data} -o '{options}' -l {self.log} -w start > /dev/null")
 
     def stop(self, mode: str = "immediate") -> None:
-        self._as_postgres(f"pg_ctl -D {self.data} -m {mode} -w stop > /dev/null")
+        self._as_postgres(f"{self.pg_ctl} -D {self.data} -m {mode} -w stop > /dev/null")
 
     def running(self) -> bool:
-        return (
-            subprocess.run(["su", "postgres", "-c", f"pg_ctl -D {self.data} status"], capture_output=True).returncode
-            == 0
-        )
+        status = subprocess.run(["su", "postgres", "-c", f"{self.pg_ctl} -D {self.data} status"], capture_output=True)
+        return status.returncode == 0
 
 
 @pytest.fixture
 def postgres() -> Iterator[ThrowawayPostgres]:
-    if PG_BIN is None:
-        pytest.skip("no PostgreSQL binaries (pg_ctl) on this machine")
+    bindir = postgres_bindir()
+    if bindir is None:
+        reason = "no PostgreSQL server binaries (initdb, pg_ctl): see scripts/postgres-bindir.sh"
+        if os.environ.get("SESSIONGATE_REQUIRE_POSTGRES") == "1":
+            pytest.fail(reason)  # CI provisioned PostgreSQL: a missing server is a broken machine, not a skip
+        pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="sessiongate-pg-"))  # outside pytest's 0700 dirs: postgres must enter it
     try:
-        server = ThrowawayPostgres(root)
+        server = ThrowawayPostgres(root, bindir)
         server.start()
         try:
             yield server

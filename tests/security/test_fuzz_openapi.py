@@ -1,6 +1,7 @@
 """The published OpenAPI document, fuzzed with schemathesis against the real gateway (a `sessiongate serve`
-process, uvicorn) in front of a fake worker process: no request it generates gets a 5xx, and the gateway is
-still healthy afterwards. Bounded: a few examples per operation, so the run takes seconds.
+process, uvicorn) in front of a fake worker process: no request it generates gets a 5xx, every answer's status
+code, content type and body are the ones the document gives for the operation, and the gateway is still healthy
+afterwards. Bounded: a few examples per operation, so the run takes seconds.
 
 Every operation of the document is driven (tests/security/test_openapi_document.py checks that the document
 names every route), admin ones with the admin key. Random ids mostly answer 404 and stop at the first lookup, so
@@ -23,7 +24,12 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from benchmarks.processes import FakeWorkerProcess, GatewayServer
 from gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
@@ -95,6 +101,7 @@ def api_schema(stack: Stack) -> Any:
 _PATHS = openapi_document()["paths"]
 OPERATIONS = [(method.upper(), path) for path, ops in _PATHS.items() for method in ops]
 WEBHOOK = "/v1/webhooks/typing"
+RESPONSE_CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
 def _use_real_ids(stack: Stack, case: Any, number: int) -> None:
@@ -156,7 +163,7 @@ def test_no_server_errors(stack: Stack, api_schema: Any, method: str, path: str,
                 f"{stack.url}/v1/admin/workers/{stack.worker_id}/undrain",
                 headers={"authorization": f"Bearer {ADMIN_KEY}"},
             )
-        case.validate_response(response, checks=[not_a_server_error])
+        case.validate_response(response, checks=RESPONSE_CHECKS)
 
     run()
 

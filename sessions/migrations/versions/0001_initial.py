@@ -1,5 +1,8 @@
-"""Initial schema: tenants, api_keys, idempotency_keys, sessions, turns, tool_calls, advisories, workers,
-gateway_instances; the "default" tenant.
+"""Initial schema: tenants, sessions, turns, tool_calls, advisories, workers; the "default" tenant.
+
+This is 0001 as first committed (180f161). Until 0002 this file was edited in place three times (8258f54,
+d1f04ef, 9587d80), so a database stamped 0001 may hold any of those four schemas; 0002 brings each of them to the
+same head. Never edit a committed revision again: add one.
 
 Revision ID: 0001
 Revises:
@@ -30,24 +33,8 @@ def upgrade() -> None:
         sa.Column("id", sa.String(128), nullable=False),
         sa.Column("name", sa.String(256), nullable=False),
         sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("max_concurrent", sa.Integer(), nullable=True),
-        sa.Column("tokens_per_minute", sa.Integer(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_tenants")),
     )
-    op.create_table(
-        "api_keys",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("tenant_id", sa.String(128), nullable=False),
-        sa.Column("name", sa.String(256), nullable=False),
-        sa.Column("prefix", sa.String(32), nullable=False),
-        sa.Column("secret_hash", sa.String(64), nullable=False),
-        sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("revoked_at", Timestamp, nullable=True),
-        sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name=op.f("fk_api_keys_tenant_id_tenants")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_api_keys")),
-        sa.UniqueConstraint("secret_hash", name=op.f("uq_api_keys_secret_hash")),
-    )
-    op.create_index(op.f("ix_api_keys_tenant_id_created_at"), "api_keys", ["tenant_id", "created_at"])
     op.create_table(
         "sessions",
         sa.Column("id", sa.String(128), nullable=False),
@@ -58,9 +45,6 @@ def upgrade() -> None:
         sa.Column("created_at", Timestamp, nullable=False),
         sa.Column("last_active_at", Timestamp, nullable=False),
         sa.Column("turn_count", sa.Integer(), nullable=False),
-        sa.Column("context_digest", sa.String(64), nullable=False),
-        sa.Column("context_length", sa.Integer(), nullable=False),
-        sa.Column("context_seq", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name=op.f("fk_sessions_tenant_id_tenants")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sessions")),
     )
@@ -90,8 +74,6 @@ def upgrade() -> None:
         sa.Column("cached_device", sa.Integer(), nullable=True),
         sa.Column("cached_host", sa.Integer(), nullable=True),
         sa.Column("cached_storage", sa.Integer(), nullable=True),
-        sa.Column("gateway_instance", sa.String(128), nullable=True),
-        sa.Column("gateway_run", sa.String(32), nullable=True),
         sa.ForeignKeyConstraint(
             ["session_id"], ["sessions.id"], name=op.f("fk_turns_session_id_sessions"), ondelete="CASCADE"
         ),
@@ -151,21 +133,6 @@ def upgrade() -> None:
     op.create_index(op.f("ix_advisories_session_id_created_at"), "advisories", ["session_id", "created_at"])
     op.create_index(op.f("ix_advisories_outcome_expires_at"), "advisories", ["outcome", "expires_at"])
     op.create_table(
-        "idempotency_keys",
-        sa.Column("tenant_id", sa.String(128), nullable=False),
-        sa.Column("key", sa.String(256), nullable=False),
-        sa.Column("request_hash", sa.String(64), nullable=False),
-        sa.Column("status", sa.String(16), nullable=False),
-        sa.Column("created_at", Timestamp, nullable=False),
-        sa.Column("turn_id", sa.String(64), nullable=True),
-        sa.Column("response", NullableJSON, nullable=True),
-        sa.ForeignKeyConstraint(
-            ["turn_id"], ["turns.id"], name=op.f("fk_idempotency_keys_turn_id_turns"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("tenant_id", "key", name=op.f("pk_idempotency_keys")),
-    )
-    op.create_index(op.f("ix_idempotency_keys_created_at"), "idempotency_keys", ["created_at"])
-    op.create_table(
         "workers",
         sa.Column("id", sa.String(256), nullable=False),
         sa.Column("url", sa.String(2048), nullable=False),
@@ -173,17 +140,6 @@ def upgrade() -> None:
         sa.Column("last_seen_at", Timestamp, nullable=False),
         sa.Column("info", sa.JSON(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
-    )
-
-    op.create_table(
-        "gateway_instances",
-        sa.Column("id", sa.String(256), nullable=False),
-        sa.Column("run", sa.String(64), nullable=False),
-        sa.Column("host", sa.String(256), nullable=False),
-        sa.Column("pid", sa.Integer(), nullable=False),
-        sa.Column("started_at", Timestamp, nullable=False),
-        sa.Column("heartbeat_at", Timestamp, nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_gateway_instances")),
     )
 
     # Naive UTC on SQLite (as the models store it), timestamptz on PostgreSQL.
@@ -194,10 +150,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_table("gateway_instances")
     op.drop_table("workers")
-    op.drop_index(op.f("ix_idempotency_keys_created_at"), table_name="idempotency_keys")
-    op.drop_table("idempotency_keys")
     op.drop_index(op.f("ix_advisories_outcome_expires_at"), table_name="advisories")
     op.drop_index(op.f("ix_advisories_session_id_created_at"), table_name="advisories")
     op.drop_table("advisories")
@@ -207,6 +160,4 @@ def downgrade() -> None:
     op.drop_table("turns")
     op.drop_index(op.f("ix_sessions_tenant_id_last_active_at"), table_name="sessions")
     op.drop_table("sessions")
-    op.drop_index(op.f("ix_api_keys_tenant_id_created_at"), table_name="api_keys")
-    op.drop_table("api_keys")
     op.drop_table("tenants")
