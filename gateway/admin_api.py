@@ -171,7 +171,7 @@ async def _kv_everywhere(
 
     results = list(await asyncio.gather(*(one(w.id, w.url) for w in workers)))
     if operation == "drop":
-        state.router.belief.after_drop(record.id)
+        await state.router.drop_kv(record.id)
     return results
 
 
