@@ -75,9 +75,10 @@ local updated = tonumber(redis.call('HGET', KEYS[1], 'updated'))
 if level == nil or updated == nil then level, updated = capacity, now end
 local elapsed = math.max(now - updated, 0)
 level = math.min(capacity, level + elapsed * capacity / 60.0) - amount
-redis.call('HSET', KEYS[1], 'level', string.format('%.17g', level), 'updated', string.format('%.17g', math.max(now, updated)))
+local exact = '%.17g'
+redis.call('HSET', KEYS[1], 'level', exact:format(level), 'updated', exact:format(math.max(now, updated)))
 redis.call('PEXPIRE', KEYS[1], math.ceil(((capacity - level) * 60.0 / capacity + 1) * 1000))
-return string.format('%.17g', level)
+return exact:format(level)
 """
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.advisor import sign
 
-from .conftest import WEBHOOK_SECRET, Replica, Replicas
+from .conftest import WEBHOOK_SECRET, Replica
 
 pytestmark = pytest.mark.anyio
 
@@ -160,7 +160,8 @@ async def test_with_redis_down_each_replica_decides_on_its_own_and_no_turn_fails
 
         body = orjson.dumps({"session_id": "down-1", "state": "stopped"})
         timestamp = str(int(time.time()))
-        headers = {"x-sessiongate-timestamp": timestamp, "x-sessiongate-signature": sign(WEBHOOK_SECRET, timestamp, body)}
+        signature = sign(WEBHOOK_SECRET, timestamp, body)
+        headers = {"x-sessiongate-timestamp": timestamp, "x-sessiongate-signature": signature}
         assert (await a.client.post("/v1/webhooks/typing", content=body, headers=headers)).status_code == 202
         assert (await a.client.post("/v1/webhooks/typing", content=body, headers=headers)).status_code == 401
 

@@ -69,7 +69,9 @@ async def test_owner_ends_an_expired_advisory_unless_it_was_extended(shared: Sha
     await asyncio.sleep(0.1)
     state, record = await shared.end_advisory("s1", "adv_2", time.time())
     assert state == "extended"
-    assert record is not None and record.stopped and record.expires_at == pytest.approx(later)
+    assert record is not None
+    assert record.stopped
+    assert record.expires_at == pytest.approx(later)
     # Replaced by another advisory that nobody claimed: the first one's owner settles its own.
     await shared.put_advisory(_advisory(30, id="adv_3"), keep_s=60)
     assert await shared.end_advisory("s1", "adv_2", time.time()) == ("ended", None)
