@@ -146,9 +146,10 @@ class Advisor:
         Signals of one session are handled one at a time: handling reads the book, awaits the store, then writes
         the book, so two at once would each find no live advisory, each create one and fire its prefetch, and
         the first, overwritten in the book, would stay `pending` forever. The second now finds the first live
-        and refreshes (or supersedes) it. This lock is per process: with several gateway replicas, two signals
-        of one session reaching two replicas each make an advisory in that replica's own book (each settled
-        there); a cross-replica single flight belongs with the replicas' shared state.
+        and refreshes (or supersedes) it. This lock is per process. With replicas sharing state, a signal on a
+        replica finds another replica's live advisory there and refreshes it; two signals at the same instant on
+        two replicas may still make two advisories (two prefetches), the later one replacing the earlier in the
+        shared state, whose owner then settles it (wasted) when its copy expires: none is left pending.
         """
         lock, users = self._signal_locks.get(session_id) or (asyncio.Lock(), 0)
         self._signal_locks[session_id] = (lock, users + 1)
