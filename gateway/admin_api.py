@@ -279,7 +279,7 @@ def _set_draining(request: Request, draining: bool) -> Response:
 
 async def advisory_stats(request: Request) -> Response:
     state = _admin(request)
-    return JSONResponse(state.advisor.stats.report())
+    return JSONResponse(await state.advisor.report())
 
 
 def admin_routes() -> list[Route]:

@@ -46,6 +46,8 @@ log = structlog.get_logger(__name__)
 _TERMINAL = ("done", "cancelled", "failed", "expired")
 # How long a shared advisory is kept past its expiry, for its owner to find and settle it.
 _KEEP_S = 60.0
+# A time after every expiry: `end_advisory` at it ends an advisory whatever its expiry (a withdrawal).
+_FOREVER = 1e12
 
 
 def _utcnow() -> datetime:
@@ -97,6 +99,8 @@ class Advisor:
         self.shared = shared if shared is not None and shared.distributed else None
         self.replica = replica
         self.unix = unix
+        # Statistics counted since the last tick, added to the replicas' shared counters at the next one.
+        self._counts: dict[str, float] = {}
 
     # background work
 
@@ -107,6 +111,7 @@ class Advisor:
 
     async def aclose(self) -> None:
         await self.flush_missed()
+        await self._flush_counts()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -118,6 +123,8 @@ class Advisor:
             await asyncio.sleep(interval_s)
 
     def tick(self) -> None:
+        if self._counts:
+            self._spawn(self._flush_counts())
         now = self.clock()
         for advisory in self.book.due(now):
             self._spawn(self._fire(advisory))
@@ -165,6 +172,7 @@ class Advisor:
 
     async def _signal(self, session_id: str, tenant_id: str, kind: str, expected_in_s: float | None) -> dict[str, Any]:
         self.stats.signal(kind)
+        self._count({f"{kind}:signals": 1})
         now = self.clock()
         fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
         worker: WorkerView | None = None
@@ -181,7 +189,8 @@ class Advisor:
             # The load moved since the advisory was made: the request would not go to its worker any more.
             self.book.withdraw(session_id)
             log.info("advisory_superseded", advisory_id=live.id, worker=live.worker_id, now_worker=worker.id)
-            self._withdrawn(live, "cancelled")
+            if await self._take_back(live):
+                self._withdrawn(live, "cancelled")
         elif self.shared is not None:
             refreshed = await self._refresh_elsewhere(session_id, fire_in_s)
             if refreshed is not None:
@@ -189,6 +198,7 @@ class Advisor:
         tier = await self._tier(session_id, tenant_id, kind, now)
         if tier == "none":
             self.stats.skipped(kind)
+            self._count({f"{kind}:skipped": 1})
             log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
         worker = worker or self.router.choose(session_id, tenant_id)
@@ -283,8 +293,10 @@ class Advisor:
         if claim is not None:
             self._claims[turn_id] = claim
             self.stats.claimed += 1
+            self._count({"claimed": 1})
         elif turn_seq > 1:
             self.stats.missed += 1
+            self._count({"missed": 1})
             self._missed.append(sessions.MissedTurn(session_id, tenant_id, turn_id, self.wall()))
             if len(self._missed) == 1:
                 self._spawn(self._flush_missed_later())
@@ -324,7 +336,8 @@ class Advisor:
             log.warning("advisory_not_created", kind=kind, error=str(exc))
 
     async def _fire(self, advisory: LiveAdvisory) -> None:
-        await self._share_update(advisory, fired=True)
+        if not await self._share_update(advisory, fired=True):
+            return  # a turn on another replica claimed it before it was due: nothing left to prefetch for
         try:
             await self._prefetch(advisory)
         except (UpstreamError, sessions.StoreError) as exc:
@@ -412,6 +425,7 @@ class Advisor:
         if self.shared is not None and outcome in ("used", "late", "wasted"):
             self._spawn(self._share_outcome(advisory, outcome == "wasted"))
         self.stats.settled(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
+        self._count(AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded))
         log.info("advisory_settled", advisory_id=advisory.id, kind=advisory.kind, outcome=outcome)
         self._spawn(self._resolve(advisory.id, outcome, turn_id))
 
@@ -483,12 +497,26 @@ class Advisor:
             return  # this replica's alone: only a turn here can claim it
         advisory.shared = True
 
-    async def _share_update(self, advisory: LiveAdvisory, **changes: Any) -> None:
+    async def _share_update(self, advisory: LiveAdvisory, **changes: Any) -> bool:
+        """Write changes of a shared advisory; False only when the shared state no longer holds it (claimed or
+        replaced through another replica)."""
         if self.shared is None or not advisory.shared:
-            return
-        # Unreachable: a turn on another replica judges the advisory by what it last found there.
-        with contextlib.suppress(SharedUnavailable):
-            await self.shared.update_advisory(advisory.session_id, advisory.id, _KEEP_S, **changes)
+            return True
+        try:
+            return await self.shared.update_advisory(advisory.session_id, advisory.id, _KEEP_S, **changes)
+        except SharedUnavailable:
+            return True  # a turn on another replica judges the advisory by what it last found there
+
+    async def _take_back(self, advisory: LiveAdvisory) -> bool:
+        """Remove a superseded advisory from the shared state before settling it here; False when a turn on
+        another replica claimed it first (that replica settles it)."""
+        if self.shared is None or not advisory.shared:
+            return True
+        try:
+            state, _ = await self.shared.end_advisory(advisory.session_id, advisory.id, _FOREVER)
+        except SharedUnavailable:
+            return True
+        return state != "gone"
 
     async def _refresh_elsewhere(self, session_id: str, fire_in_s: float) -> dict[str, Any] | None:
         """A signal for a session whose live advisory another replica owns: extend that one (debounce across
@@ -561,3 +589,31 @@ class Advisor:
             await self.shared.add_sample(
                 keys, (self.unix(), wasted), max_len=self.quality.max_samples, ttl_s=self.quality.window_s
             )
+
+    def _count(self, counts: dict[str, float]) -> None:
+        if self.shared is None:
+            return
+        for name, by in counts.items():
+            self._counts[name] = self._counts.get(name, 0) + by
+
+    async def _flush_counts(self) -> None:
+        counts, self._counts = self._counts, {}
+        if self.shared is None or not counts:
+            return
+        with contextlib.suppress(SharedUnavailable):  # statistics: a batch lost to an outage is not retried
+            await self.shared.incr("advisories", counts)
+
+    async def report(self) -> dict[str, Any]:
+        """The advisory statistics: every replica's together when they share state (else, or while the shared
+        state does not answer, this replica's), with the scope they cover."""
+        if self.shared is not None:
+            try:
+                counters = await self.shared.counters("advisories")
+            except SharedUnavailable:
+                pass
+            else:
+                # This replica's counts not yet flushed belong in it too.
+                for name, by in self._counts.items():
+                    counters[name] = counters.get(name, 0) + by
+                return AdvisoryStats.from_counters(counters).report() | {"scope": "replicas"}
+        return self.stats.report() | {"scope": "replica"}

@@ -48,7 +48,7 @@ async def _outcomes(replica: Replica, session: str, count: int) -> list[str]:
 
 
 async def test_typing_hint_on_one_replica_is_used_by_the_turn_on_the_other(make_replicas: Any) -> None:
-    async with make_replicas(advisory_ttl_s=1.0) as replicas:
+    async with make_replicas(advisory_ttl_s=1.0, admin_key="admin-key") as replicas:
         a, b = replicas.a, replicas.b
         first = await _turn(a, "hint-1", [USER])
         advisory = (await a.client.post("/v1/sessions/hint-1/typing", json={"state": "started"})).json()
@@ -71,6 +71,16 @@ async def test_typing_hint_on_one_replica_is_used_by_the_turn_on_the_other(make_
         else:
             # Each replica its own book: B saw no advisory (missed), A's expired unclaimed (wasted).
             assert await _outcomes(a, "hint-1", 2) == ["missed", "wasted"]
+        await asyncio.sleep(0.1)  # each replica adds its counts to the shared ones at its next tick
+        stats = (await b.client.get("/v1/admin/advisories/stats", headers={"Authorization": "Bearer admin-key"})).json()
+        if replicas.distributed:  # A's signal and B's claim, one report from either replica
+            assert stats["scope"] == "replicas"
+            assert (stats["requests"], stats["missed"]) == (1, 0)
+            assert stats["kinds"]["typing"]["outcomes"]["used"] == 1
+            assert stats["kinds"]["typing"]["precision"] == 1.0
+        else:  # B's own counts: one missed turn, no signal
+            assert stats["scope"] == "replica"
+            assert (stats["requests"], stats["missed"], stats["kinds"]) == (1, 1, {})
 
 
 async def test_a_tenants_token_limit_holds_across_replicas(make_replicas: Any) -> None:
@@ -175,3 +185,30 @@ async def test_with_redis_down_each_replica_decides_on_its_own_and_no_turn_fails
             headers={"X-Session-Id": "down-4"},
         )
         assert refused.status_code == 429
+
+
+async def test_typing_on_both_replicas_makes_one_advisory_and_stops_through_either(make_replicas: Any) -> None:
+    async with make_replicas(advisory_ttl_s=1.0, advisory_stop_grace_s=0.1) as replicas:
+        a, b = replicas.a, replicas.b
+        await _turn(a, "both-1", [USER])
+        first = (await a.client.post("/v1/sessions/both-1/typing", json={"state": "started"})).json()
+        again = (await b.client.post("/v1/sessions/both-1/typing", json={"state": "started"})).json()
+        stopped = (await b.client.post("/v1/sessions/both-1/typing", json={"state": "stopped"})).json()
+        assert stopped["state"] == "stopping"
+        expected = 1 if replicas.distributed else 2
+
+        async def prefetches_sent() -> bool:
+            return sum(len(w.prefetches) for w in replicas.workers.values()) >= expected
+
+        await eventually(prefetches_sent)
+        await asyncio.sleep(0.1)
+        prefetches = sum(len(w.prefetches) for w in replicas.workers.values())
+        if replicas.distributed:
+            assert (again["state"], again["id"]) == ("refreshed", first["id"])  # debounced across replicas
+            assert prefetches == 1
+            assert await _outcomes(a, "both-1", 1) == ["cancelled"]  # stopped on B, settled by its owner A
+        else:
+            assert again["state"] == "fired"
+            assert again["id"] != first["id"]
+            assert prefetches == 2
+            assert await _outcomes(a, "both-1", 2) == ["cancelled", "wasted"]  # B's stopped, A's expired
