@@ -37,15 +37,18 @@ T = TypeVar("T")
 # How long a claim marker outlives the claim: longer than any advisory's owner takes to notice its expiry.
 _MARKER_MS = 3_600_000
 
-# ARGV: now, the prefix of the claim markers, how long a marker stays (ms).
-_CLAIM = """
+# A turn's one round trip: claim the advisory (KEYS[1]) if unexpired, and read the KV belief (KEYS[2]).
+# ARGV: now, the prefix of the claim markers, how long a marker stays (ms). One script rather than a pipeline:
+# redis-py checks a pipeline's scripts with SCRIPT EXISTS on every execution, a second round trip.
+_BEGIN_TURN = """
+local kv = redis.call('GET', KEYS[2])
 local expires = redis.call('HGET', KEYS[1], 'expires_at')
-if not expires or tonumber(expires) <= tonumber(ARGV[1]) then return nil end
+if not expires or tonumber(expires) <= tonumber(ARGV[1]) then return {false, kv} end
 local record = redis.call('HGETALL', KEYS[1])
 local id = redis.call('HGET', KEYS[1], 'id')
 redis.call('DEL', KEYS[1])
 redis.call('SET', ARGV[2] .. id, '1', 'PX', ARGV[3])
-return record
+return {record, kv}
 """
 
 _UPDATE = """
@@ -161,7 +164,7 @@ class RedisShared:
         self._redis = client or aioredis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True
         )
-        self._claim = self._redis.register_script(_CLAIM)
+        self._begin_turn = self._redis.register_script(_BEGIN_TURN)
         self._update = self._redis.register_script(_UPDATE)
         self._end = self._redis.register_script(_END)
         self._take = self._redis.register_script(_TAKE)
@@ -191,14 +194,9 @@ class RedisShared:
         return f"{self.prefix}adv:{session_id}"
 
     async def begin_turn(self, session_id: str, now: float) -> SharedTurn:
-        async def work() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                marker = f"{self.prefix}claimed:"
-                await self._claim(keys=[self._adv(session_id)], args=[now, marker, _MARKER_MS], client=pipe)
-                pipe.get(f"{self.prefix}kv:{session_id}")
-                return await pipe.execute()
-
-        claimed, kv = await self._call("begin_turn", work)
+        keys = [self._adv(session_id), f"{self.prefix}kv:{session_id}"]
+        args: list[str | float] = [now, f"{self.prefix}claimed:", _MARKER_MS]
+        claimed, kv = await self._call("begin_turn", lambda: self._begin_turn(keys=keys, args=args))
         return SharedTurn(advisory=_decode_advisory(claimed) if claimed else None, kv=_decode_kv(kv))
 
     async def put_advisory(self, record: SharedAdvisory, *, keep_s: float) -> None:
