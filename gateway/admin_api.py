@@ -171,7 +171,7 @@ async def _kv_everywhere(
 
     results = list(await asyncio.gather(*(one(w.id, w.url) for w in workers)))
     if operation == "drop":
-        state.router.belief.after_drop(record.id)
+        await state.router.drop_kv(record.id)
     return results
 
 
@@ -279,7 +279,7 @@ def _set_draining(request: Request, draining: bool) -> Response:
 
 async def advisory_stats(request: Request) -> Response:
     state = _admin(request)
-    return JSONResponse(state.advisor.stats.report())
+    return JSONResponse(await state.advisor.report())
 
 
 def admin_routes() -> list[Route]:

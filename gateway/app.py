@@ -46,6 +46,7 @@ from .sessions_api import (
     update_session,
 )
 from .settings import GatewaySettings
+from .shared import make_shared
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
 from .upstream import WorkerClient, make_chat_session, make_http_client
@@ -132,8 +133,14 @@ def create_app(
             await pool.check_all()  # serve knowing which workers answer
             health = asyncio.create_task(pool.run_health_checks(settings.health_interval_s))
             stack.callback(health.cancel)
+            shared = make_shared(settings.redis_url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
+            stack.push_async_callback(shared.aclose)
+            if shared.distributed:
+                log.info("shared_state", backend="redis", prefix=settings.redis_prefix, replica=f"{instance}/{run}")
             limits = TenantLimits(
-                max_concurrent=settings.tenant_max_concurrent, tokens_per_minute=settings.tenant_tokens_per_minute
+                max_concurrent=settings.tenant_max_concurrent,
+                tokens_per_minute=settings.tenant_tokens_per_minute,
+                shared=shared,
             )
 
             async def reload_limits() -> None:
@@ -151,7 +158,9 @@ def create_app(
             ):
                 stack.callback(asyncio.create_task(_every(interval, job)).cancel)
             salts = CacheSalts(_salt_secret(settings))
-            routing = await start_routing(stack, settings, pool, http, the_store, policy, salts.for_tenant)
+            routing = await start_routing(
+                stack, settings, pool, http, the_store, shared, f"{instance}/{run}", policy, salts.for_tenant
+            )
             gateway_metrics.watch_advisories(routing.advisor.stats)
             state = GatewayState(
                 settings=settings,
@@ -172,6 +181,7 @@ def create_app(
                 advisor=routing.advisor,
                 extension=routing.extension,
                 webhook=routing.webhook,
+                shared=shared,
             )
             log.info(
                 "gateway_started",

@@ -95,7 +95,8 @@ async def chat_completions(request: Request) -> Response:
     state = gateway_state(request)
     received_at, started = now(), time.perf_counter()
     tenant_id = await authenticate(request, state.settings)
-    guards = _Guards(state.limits.admit(tenant_id))
+    limits = state.limits
+    guards = _Guards(await limits.admit_shared(tenant_id) if limits.shared is not None else limits.admit(tenant_id))
     try:
         return await _chat_turn(request, state, tenant_id, guards, received_at, started)
     except BaseException:
@@ -161,6 +162,8 @@ async def _chat_turn(
         raise sessions.SessionNotFound(session_id) from None
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
 
+    if state.advisor.shared is not None:  # replicas: claim the session's advisory, read its KV belief
+        await state.advisor.prepare_turn(session_id)
     reservation = state.advisor.reservation(session_id)
     worker = state.router.choose(session_id, tenant_id, body["messages"], reservation=reservation)
     if worker is None:

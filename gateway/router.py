@@ -3,15 +3,22 @@
 `gateway.routing` is pure; this module is where its inputs come from: the worker pool (health, in-flight
 counts, load reports), the KV belief, and the advisor's reservation for the session. The chat path and the
 advisor both ask `Router.choose`, so an advisory prefetch goes where the next request would go now.
+
+With replicas (`gateway.shared`, distributed) the KV belief of a session is copied to the shared state after each
+turn and finished prefetch (`publish_kv`) and read back before each turn (`load_kv`), so the replica serving a
+session's next turn knows what the replica that served the last one learned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from .routing import KVBelief, Reservation, RouteRequest, RoutingPolicy, WorkerView
+from .routing.belief import SessionKV
+from .shared import SharedKV, SharedState, SharedUnavailable
 from .workers import WorkerPool
 
 __all__ = ["Router", "prompt_text"]
@@ -43,12 +50,17 @@ class Router:
         belief: KVBelief | None = None,
         stale_after_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        shared: SharedState | None = None,
+        unix: Callable[[], float] = time.time,
     ) -> None:
         self.policy = policy
         self.pool = pool
         self.belief = belief or KVBelief()
         self.stale_after_s = stale_after_s
         self.clock = clock
+        # The replicas' shared state, or None with one process (nothing to copy anywhere).
+        self.shared = shared if shared is not None and shared.distributed else None
+        self.unix = unix
 
     def candidates(self, *, exclude: Collection[str] = ()) -> list[WorkerView]:
         return [
@@ -106,3 +118,45 @@ class Router:
             writes_to_pool=worker is not None and worker.load is not None and bool(worker.load.storage_backend),
             now=self.clock(),
         )
+
+    # replicas
+
+    def load_kv(self, session_id: str, kv: SharedKV | None) -> None:
+        """Take the shared belief of the session (another replica may have served its last turn). None: the shared
+        state has none (never written, or lost with Redis), and this replica's own stays."""
+        if kv is None:
+            return
+        offset = self.clock() - self.unix()  # Unix seconds -> this process's monotonic clock
+        self.belief.replace(
+            session_id,
+            SessionKV(
+                workers={w: (tokens, tier, at + offset) for w, (tokens, tier, at) in kv.workers.items()},
+                pool=kv.pool,
+                last_worker=kv.last_worker,
+                context_tokens=kv.context_tokens,
+                last_report=dict(kv.last_report) if kv.last_report is not None else None,
+            ),
+        )
+
+    async def publish_kv(self, session_id: str) -> None:
+        """Copy this replica's belief of the session to the shared state (a failure leaves it here only)."""
+        entry = self.belief.entry(session_id)
+        if self.shared is None or entry is None:
+            return
+        offset = self.unix() - self.clock()
+        kv = SharedKV(
+            workers={w: (tokens, tier, at + offset) for w, (tokens, tier, at) in entry.workers.items()},
+            pool=entry.pool,
+            last_worker=entry.last_worker,
+            context_tokens=entry.context_tokens,
+            last_report=entry.last_report,
+        )
+        with contextlib.suppress(SharedUnavailable):  # unreachable: the next turn's replica routes by its own
+            await self.shared.put_kv(session_id, kv, ttl_s=self.belief.host_ttl_s)
+
+    async def drop_kv(self, session_id: str) -> None:
+        """Forget the session's belief here and in the shared state (its KV was dropped everywhere)."""
+        self.belief.after_drop(session_id)
+        if self.shared is not None:
+            with contextlib.suppress(SharedUnavailable):
+                await self.shared.drop_kv(session_id)

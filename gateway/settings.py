@@ -136,6 +136,13 @@ class GatewaySettings(BaseSettings):
     advisory_tool_result_trigger: str = "last"
     # A tool-call advisory is fired this long before the tool is expected to end (recorded durations).
     advisory_lead_s: float = 1.0
+    # Replicas (gateway/shared): the Redis that several `sessiongate serve` processes share, so that they behave as
+    # one gateway (advisories claimed on any replica, KV belief, token buckets, webhook replay cache, hint quality).
+    # Empty: each process keeps that state in its own memory (one replica). Keys go under `redis_prefix`; a Redis
+    # call slower than `redis_timeout_s` counts as failed, and a failure makes the replica decide on its own.
+    redis_url: str = ""
+    redis_prefix: str = "sessiongate:"
+    redis_timeout_s: float = 0.5
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -229,6 +236,10 @@ class GatewaySettings(BaseSettings):
                 f"{ENV_PREFIX}DEFAULT_PREFILL_TOKENS_PER_S, DEFAULT_DECODE_TOKENS_PER_S, HOST_TO_DEVICE_BYTES_PER_S, "
                 "POOL_TO_DEVICE_BYTES_PER_S and KV_BYTES_PER_TOKEN must be positive, TYPICAL_PREFILL_TOKENS >= 0"
             )
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise SettingsError(f"{ENV_PREFIX}REDIS_URL must be a redis://, rediss:// or unix:// URL")
+        if self.redis_timeout_s <= 0 or not self.redis_prefix:
+            raise SettingsError(f"{ENV_PREFIX}REDIS_TIMEOUT_S must be positive, REDIS_PREFIX not empty")
         if self.host_to_device_latency_s < 0 or self.pool_to_device_latency_s < 0:
             raise SettingsError(f"{ENV_PREFIX}HOST_TO_DEVICE_LATENCY_S and POOL_TO_DEVICE_LATENCY_S must be >= 0")
 

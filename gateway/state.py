@@ -16,6 +16,7 @@ from .metrics import GatewayMetrics
 from .router import Router
 from .routing import RoutingPolicy
 from .settings import GatewaySettings
+from .shared import SharedState
 from .tenancy import CacheSalts, KeyRing
 from .upstream import WorkerClient
 from .workers import WorkerPool
@@ -39,6 +40,8 @@ class GatewayState:
     advisor: Advisor
     extension: ExtensionClient
     webhook: WebhookVerifier | None
+    # What the replicas share (LocalShared with one process; RedisShared with SESSIONGATE_REDIS_URL).
+    shared: SharedState
     # This replica's name and this process's run (see `GatewaySettings.instance_id`).
     instance: str = ""
     run: str = ""

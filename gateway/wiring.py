@@ -1,4 +1,5 @@
-"""Building the routing side of the gateway at start-up: policy, router, load poller, advisor, webhook verifier.
+"""Building the routing side of the gateway at start-up: policy, router, load poller, advisor, webhook verifier
+(the last three given the replicas' shared state, `gateway.shared`).
 
 Kept out of `app.py` so the lifespan stays a list of resources: this returns the parts and registers their
 background loops (load polling, the advisor's tick) on the lifespan's exit stack, which cancels them at shutdown.
@@ -21,6 +22,7 @@ from .load import LoadPoller
 from .router import Router
 from .routing import CostModel, KVBelief, RoutingPolicy, make_policy
 from .settings import GatewaySettings
+from .shared import SharedState
 from .workers import WorkerPool
 
 __all__ = ["RoutingParts", "start_routing"]
@@ -54,6 +56,8 @@ async def start_routing(
     pool: WorkerPool,
     http: httpx.AsyncClient,
     store: sessions.SessionStore,
+    shared: SharedState,
+    replica: str,
     policy: RoutingPolicy | None = None,
     cache_salt_for: Callable[[str], str] | None = None,
 ) -> RoutingParts:
@@ -64,6 +68,7 @@ async def start_routing(
         pool,
         belief=KVBelief(device_ttl_s=settings.kv_device_ttl_s, host_ttl_s=settings.kv_host_ttl_s),
         stale_after_s=poller.stale_after_s,
+        shared=shared,
     )
     extension = ExtensionClient(http, timeout_s=settings.upstream_connect_timeout_s + 2.0)
     advisor = Advisor(
@@ -75,10 +80,12 @@ async def start_routing(
         lead_s=settings.advisory_lead_s,
         tool_result_trigger=settings.advisory_tool_result_trigger,
         cache_salt_for=cache_salt_for,
+        shared=shared,
+        replica=replica,
     )
     stack.push_async_callback(advisor.aclose)
     for loop in (poller.run(), advisor.run()):
         task = asyncio.create_task(loop)
         stack.callback(task.cancel)
-    webhook = WebhookVerifier(settings.webhook_secret) if settings.webhook_secret else None
+    webhook = WebhookVerifier(settings.webhook_secret, shared=shared) if settings.webhook_secret else None
     return RoutingParts(router=router, advisor=advisor, extension=extension, webhook=webhook)

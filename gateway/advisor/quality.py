@@ -16,6 +16,7 @@ window fall out, so a silenced key is tried again (at the host tier first) once 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,15 +55,25 @@ class HintQuality:
             return None
         while samples and now - samples[0][0] > self.window_s:
             samples.popleft()
-        if len(samples) < self.min_samples:
+        return self._ratio(samples, now)
+
+    def _ratio(self, samples: Iterable[tuple[float, bool]], now: float) -> float | None:
+        recent = [wasted for at, wasted in samples if now - at <= self.window_s][-self.max_samples :]
+        if len(recent) < self.min_samples:
             return None
-        return sum(wasted for _, wasted in samples) / len(samples)
+        return sum(recent) / len(recent)
 
     def tier(self, session_id: str, tenant_id: str, kind: str, now: float) -> Tier:
         """The tier an advisory for this hint may prefetch into ("none": do not advise)."""
+        return self._strictest(self.waste_ratio(key, now) for key in self.keys(session_id, tenant_id, kind))
+
+    def tier_of(self, samples: Sequence[Iterable[tuple[float, bool]]], now: float) -> Tier:
+        """`tier` from samples kept elsewhere (the replicas' shared lists, one per key of `keys`, oldest first)."""
+        return self._strictest(self._ratio(each, now) for each in samples)
+
+    def _strictest(self, ratios: Iterable[float | None]) -> Tier:
         tier: Tier = "device"
-        for key in self.keys(session_id, tenant_id, kind):
-            ratio = self.waste_ratio(key, now)
+        for ratio in ratios:
             if ratio is None:
                 continue
             level: Tier = "none" if ratio >= self.none_at else "host" if ratio >= self.host_only_at else "device"

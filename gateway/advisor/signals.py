@@ -64,7 +64,7 @@ async def _typing(request: Request, session_id: str, tenant_id: str, state: str)
     gateway = gateway_state(request)
     await gateway.store.get_session(session_id, tenant_id=tenant_id)
     if state == "stopped":
-        return JSONResponse(gateway.advisor.stopped(session_id), status_code=202)
+        return JSONResponse(await gateway.advisor.stopped(session_id), status_code=202)
     return JSONResponse(await gateway.advisor.signal(session_id, tenant_id, "typing"), status_code=202)
 
 
@@ -81,7 +81,7 @@ async def typing_webhook(request: Request) -> Response:
         raise NotFound("The typing webhook is disabled: set SESSIONGATE_WEBHOOK_SECRET.", code="webhook_disabled")
     raw = await request.body()
     try:
-        gateway.webhook.verify(
+        await gateway.webhook.verify(
             request.headers.get(TIMESTAMP_HEADER), request.headers.get(SIGNATURE_HEADER), raw, time.time()
         )
     except WebhookRejected as exc:

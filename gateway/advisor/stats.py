@@ -1,4 +1,5 @@
-"""Advisory statistics per signal kind, counted by this replica since it started (soft state).
+"""Advisory statistics per signal kind, counted by this replica since it started (soft state); with replicas
+sharing state, the same counts are also added up across replicas (`deltas`, `from_counters`) for the admin report.
 
     precision  = used / (used + late + wasted)          how often a hint's prefetch served the request
     recall     = (used + late) / requests              share of follow-up requests that some hint foresaw
@@ -81,6 +82,36 @@ class AdvisoryStats:
     def prefetch_done(self, seconds: float, bytes_loaded: int) -> None:
         self.prefetch_latency.observe(seconds)
         self.prefetch_bytes += bytes_loaded
+
+    @staticmethod
+    def deltas(
+        kind: str, outcome: str, *, lead_s: float | None = None, bytes_loaded: int | None = None
+    ) -> dict[str, float]:
+        """What `settled` adds, as named counters (the replicas' shared hash: `from_counters` reads it back)."""
+        counts: dict[str, float] = {f"{kind}:{outcome}": 1}
+        if outcome == "used" and lead_s is not None:
+            counts |= {f"{kind}:lead_s_total": lead_s, f"{kind}:lead_count": 1}
+        if outcome == "wasted" and bytes_loaded:
+            counts[f"{kind}:wasted_bytes"] = bytes_loaded
+        return counts
+
+    @classmethod
+    def from_counters(cls, counters: dict[str, float]) -> AdvisoryStats:
+        """Statistics from named counters: `claimed`, `missed`, and `<kind>:<outcome | signals | skipped |
+        lead_s_total | lead_count | wasted_bytes>`."""
+        stats = cls(missed=int(counters.get("missed", 0)), claimed=int(counters.get("claimed", 0)))
+        for name, value in counters.items():
+            kind, _, what = name.rpartition(":")
+            if not kind:
+                continue
+            each = stats._kind(kind)
+            if what in _OUTCOMES:
+                each.outcomes[what] = int(value)
+            elif what == "lead_s_total":
+                each.lead_s_total = value
+            elif what in ("lead_count", "wasted_bytes", "skipped", "signals"):
+                setattr(each, what, int(value))
+        return stats
 
     def report(self) -> dict[str, Any]:
         requests = self.claimed + self.missed

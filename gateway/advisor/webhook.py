@@ -4,15 +4,19 @@ The sender puts the Unix timestamp in `X-Sessiongate-Timestamp` and `sha256=<hex
 `X-Sessiongate-Signature`. A request is refused when either header is missing, the signature does not match,
 the timestamp is more than `window_s` (300 s) away from the gateway's clock (a replay of an old capture), or the
 same signature was already accepted within the window (a replay of a fresh one). The replay cache holds each
-accepted signature until its timestamp leaves the window, so it stays bounded by the request rate. It lives in
-one replica's memory: a replay sent to another replica within the window passes, which the timestamp limits.
+accepted signature until its timestamp leaves the window, so it stays bounded by the request rate. It is the
+replicas' shared state (`gateway.shared`): with Redis, a replay sent to another replica is refused too; while
+Redis is unreachable each replica refuses the replays it has seen itself (`local`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 from dataclasses import dataclass, field
+
+from gateway.shared import LocalShared, SharedState, SharedUnavailable
 
 __all__ = ["SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WebhookRejected", "WebhookVerifier", "sign"]
 
@@ -36,10 +40,12 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 class WebhookVerifier:
     secret: str
     window_s: float = 300.0
-    _seen: dict[str, float] = field(default_factory=dict)
+    shared: SharedState = field(default_factory=LocalShared)
+    # This replica's own record of the signatures it accepted: the answer when `shared` (Redis) does not answer.
+    local: LocalShared = field(default_factory=LocalShared)
 
-    def verify(self, timestamp: str | None, signature: str | None, body: bytes, now: float) -> None:
-        """Accept the request (remembering its signature) or raise `WebhookRejected`. `now`: Unix seconds."""
+    def check(self, timestamp: str | None, signature: str | None, body: bytes, now: float) -> float:
+        """The signature and the window, without the replay cache: when it was sent, or `WebhookRejected`."""
         if not timestamp or not signature:
             raise WebhookRejected("Missing X-Sessiongate-Timestamp or X-Sessiongate-Signature.")
         try:
@@ -50,11 +56,17 @@ class WebhookVerifier:
             raise WebhookRejected("Invalid webhook signature.")
         if abs(now - sent_at) > self.window_s:
             raise WebhookRejected("Webhook timestamp outside the accepted window.")
-        self._forget_before(now - self.window_s)
-        if signature in self._seen:
-            raise WebhookRejected("Webhook replayed.")
-        self._seen[signature] = sent_at
+        return sent_at
 
-    def _forget_before(self, cutoff: float) -> None:
-        for old in [s for s, at in self._seen.items() if at < cutoff]:
-            del self._seen[old]
+    async def verify(self, timestamp: str | None, signature: str | None, body: bytes, now: float) -> None:
+        """Accept the request (remembering its signature) or raise `WebhookRejected`. `now`: Unix seconds."""
+        sent_at = self.check(timestamp, signature, body, now)
+        key = f"webhook:{(signature or '').strip()}"
+        # Remembered until its timestamp leaves the window: after that the window check refuses it anyway.
+        ttl_s = sent_at + self.window_s - now + 1.0
+        first = await self.local.set_if_absent(key, ttl_s=ttl_s)
+        if self.shared is not self.local and self.shared.distributed:
+            with contextlib.suppress(SharedUnavailable):  # unreachable: this replica's own record decides
+                first = await self.shared.set_if_absent(key, ttl_s=ttl_s)
+        if not first:
+            raise WebhookRejected("Webhook replayed.")

@@ -110,6 +110,15 @@ class KVBelief:
         else:
             entry.workers.pop(worker_id, None)
 
+    def entry(self, session_id: str) -> SessionKV | None:
+        """The session's entry as held (times on the caller's clock), for copying to other replicas."""
+        return self._sessions.get(session_id)
+
+    def replace(self, session_id: str, entry: SessionKV) -> None:
+        """Take another replica's (newer) entry for the session instead of this one's."""
+        self._entry(session_id)
+        self._sessions[session_id] = entry
+
     def describe(self, session_id: str, now: float) -> dict[str, Any]:
         """The belief as JSON for the admin API."""
         kv = self.residency(session_id, now)

@@ -15,6 +15,7 @@ from gateway.advisor import (
 )
 from gateway.advisor import settle as settle_claim
 from gateway.advisor.core import prefetch_residency
+from gateway.shared import LocalShared
 
 
 def _advisory(now: float = 0.0, *, fire_in: float = 0.0, ttl: float = 10.0, worker: str = "a") -> LiveAdvisory:
@@ -140,25 +141,28 @@ def test_stats_precision_recall_lead_time() -> None:
     assert report["recall"] == pytest.approx(0.5)
 
 
-def test_webhook_signature_window_and_replay() -> None:
-    verifier = WebhookVerifier("secret", window_s=300)
+@pytest.mark.anyio
+async def test_webhook_signature_window_and_replay() -> None:
+    clock = [1100.0]
+    local = LocalShared(clock=lambda: clock[0])
+    verifier = WebhookVerifier("secret", window_s=300, local=local)
     body = b'{"session_id":"s","state":"started"}'
     good = sign("secret", "1000", body)
-    verifier.verify("1000", good, body, now=1100)
+    await verifier.verify("1000", good, body, now=1100)
     with pytest.raises(WebhookRejected, match="replayed"):
-        verifier.verify("1000", good, body, now=1101)
+        await verifier.verify("1000", good, body, now=1101)
     with pytest.raises(WebhookRejected, match="signature"):
-        verifier.verify("1000", sign("other", "1000", body), body, now=1100)
+        await verifier.verify("1000", sign("other", "1000", body), body, now=1100)
     with pytest.raises(WebhookRejected, match="signature"):
-        verifier.verify("1001", good, body, now=1100)  # the timestamp is signed too
+        await verifier.verify("1001", good, body, now=1100)  # the timestamp is signed too
     with pytest.raises(WebhookRejected, match="window"):
-        verifier.verify("500", sign("secret", "500", body), body, now=1100)
+        await verifier.verify("500", sign("secret", "500", body), body, now=1100)
     with pytest.raises(WebhookRejected, match="Missing"):
-        verifier.verify(None, good, body, now=1100)
-    # Seen signatures are forgotten once their timestamp leaves the window.
-    verifier.verify("1200", sign("secret", "1200", body), body, now=1200)
-    verifier.verify("1600", sign("secret", "1600", body), body, now=1600)
-    assert sorted(verifier._seen.values()) == [1600.0]
+        await verifier.verify(None, good, body, now=1100)
+    # A signature is remembered until its timestamp leaves the window, then forgotten.
+    assert not await local.set_if_absent(f"webhook:{good}", ttl_s=1)
+    clock[0] = 1302.0
+    assert await local.set_if_absent(f"webhook:{good}", ttl_s=1)
 
 
 def test_withdrawn_advisory_is_gone_and_leaves_no_reservation() -> None:
