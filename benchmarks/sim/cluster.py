@@ -68,6 +68,7 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("cache_aware", "cache_aware", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware", "kv_aware", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware+advisories", "kv_aware", host_tier=True, pool=True, advisories=True),
+        SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
     )
 }
 

@@ -210,6 +210,8 @@ class SimWorker:
         self.prefill: deque[Request] = deque()
         self.decoding: list[Request] = []
         self.decode_kv = 0
+        # Prompt tokens sent here and not yet computed or found cached (Dynamo's active prefill tokens).
+        self.pending_prefill = 0
         self.nic_free_at = 0.0
         self.pcie_free_at = 0.0
         # `Calibration.moves_on_compute`: copies made while a step ran (the next step waits for them), and when the
@@ -226,7 +228,13 @@ class SimWorker:
         running = self.loading + len(self.prefill) + len(self.decoding)
         queued = len(self.waiting)
         return WorkerView(
-            id=self.id, url=f"sim://{self.id}", in_flight=running + queued, running=running, queued=queued
+            id=self.id,
+            url=f"sim://{self.id}",
+            in_flight=running + queued,
+            running=running,
+            queued=queued,
+            active_prefill_tokens=self.pending_prefill,
+            active_kv_tokens=self.decode_kv,
         )
 
     # requests
@@ -239,6 +247,7 @@ class SimWorker:
             self.on_done(request)
             return
         self.waiting.append(request)
+        self.pending_prefill += request.prompt
         self._admit()
 
     def _device_free(self) -> int:
@@ -289,6 +298,7 @@ class SimWorker:
             pool_total = max(self._pages(min(self.pool.entries[sid], usable)), host_total)
         request.device, request.host, request.pool = device, host_total - device, pool_total - host_total
         request.prefilled = pool_total
+        self.pending_prefill -= pool_total
         request.reserved = request.prompt + request.output
         bytes_per_token = cal.kv_bytes_per_token
         ready = max(now, device_ready)
@@ -408,6 +418,7 @@ class SimWorker:
             self.decoding = still
         for request, take in step.prefill:
             request.prefilled += take
+            self.pending_prefill -= take
             if request.prefilled >= request.prompt:
                 self.prefill.remove(request)
                 request.first_token_s = now

@@ -189,6 +189,7 @@ def test_deterministic_for_a_seed() -> None:
         ("cache_aware", gateway.routing.CacheAware),
         ("kv_aware", gateway.routing.KVAware),
         ("kv_aware+advisories", gateway.routing.KVAware),
+        ("dynamo_cost", gateway.routing.DynamoCost),
     ],
 )
 def test_systems_use_the_gateways_policies(system: str, policy_class: type) -> None:
