@@ -74,6 +74,7 @@ class FakeWorkerBehaviour:
     prefetch_delay_s: float = 0.0
     prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
     kv_ops: list[tuple[str, str]] = field(default_factory=list)
+    kv_requests: list[SessionKVRequest] = field(default_factory=list)  # the bodies of `kv_ops`, in order
     # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
     # (the cache model's lookup scans every prompt seen); for throughput benchmarks.
     prefix_cache: bool = True
@@ -346,6 +347,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
                 kept = [t for t in getattr(b, name) if t[: len(tokens)] != tokens[: len(t)]]
                 getattr(b, name)[:] = kept
         b.kv_ops.append((operation, session_id))
+        b.kv_requests.append(body)
         result = KVOpResult(
             session_id=session_id,
             operation=operation,

@@ -16,6 +16,7 @@ import httpx
 import sessions
 
 from .advisor import Advisor, WebhookVerifier
+from .advisor.toolkv import ToolKVPolicy
 from .extension import ExtensionClient
 from .load import LoadPoller
 from .router import Router
@@ -75,6 +76,12 @@ async def start_routing(
         lead_s=settings.advisory_lead_s,
         tool_result_trigger=settings.advisory_tool_result_trigger,
         cache_salt_for=cache_salt_for,
+        # A long tool's prefetch is timed by the context's load time from the pool, at the cost model's rates.
+        tool_kv=ToolKVPolicy(
+            kv_bytes_per_token=settings.kv_bytes_per_token,
+            load_bytes_per_s=settings.pool_to_device_bytes_per_s,
+            load_latency_s=settings.pool_to_device_latency_s,
+        ),
     )
     stack.push_async_callback(advisor.aclose)
     for loop in (poller.run(), advisor.run()):

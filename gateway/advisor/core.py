@@ -52,6 +52,10 @@ class LiveAdvisory:
     worker_url: str | None = None
     tokens: int = 0
     bytes_loaded: int | None = None
+    # "prefetch" brings the KV to `worker_id`; "retain" keeps it on the device there for `retain_s` (a short
+    # tool's KV, see toolkv.py), and falls back to a prefetch when the worker holds none of it.
+    action: str = "prefetch"
+    retain_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
