@@ -110,6 +110,11 @@ class Advisor:
         for advisory in self.book.expire(now):
             self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
 
+    def _home_worker(self, session_id: str) -> WorkerView | None:
+        """The routable worker that served the session last (where its KV is), if any."""
+        home = self.router.belief.residency(session_id, self.router.clock()).last_worker
+        return next((w for w in self.router.candidates() if w.id == home), None)
+
     def _retarget(self, advisory: LiveAdvisory) -> None:
         """Point a not yet fired advisory at the worker the router would pick now."""
         worker = self.router.choose(advisory.session_id, advisory.tenant_id)
@@ -203,6 +208,8 @@ class Advisor:
             self.stats.skipped(kind)
             log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
+        if decision is not None and decision.action == "keep":
+            worker = worker or self._home_worker(session_id)  # a short tool: the KV stays where it is
         worker = worker or self.router.choose(session_id, tenant_id)
         if worker is None:
             return {"object": "advisory", "state": "skipped", "reason": "no_routable_worker"}

@@ -75,6 +75,10 @@ class CostModel:
         return reported if reported and reported > 0 else self.default_decode_tokens_per_s
 
     def wait_s(self, worker: WorkerView) -> float:
+        if worker.active_prefill_tokens is not None and worker.running is not None:
+            # The prompt tokens ahead are known (the simulator counts them; Dynamo's router counts what it sent):
+            # long-context queues are not `typical_prefill_tokens` a request.
+            return worker.active_prefill_tokens / self.prefill_rate(worker) + worker.running / self.decode_rate(worker)
         if worker.running is None or worker.queued is None:
             queued, running = worker.in_flight, 0
         else:
