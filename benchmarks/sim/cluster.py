@@ -23,6 +23,7 @@ gateway reads each worker's measured speeds while working, which vary with batch
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
 from collections.abc import Callable, Sequence
@@ -62,6 +63,9 @@ class SystemSpec:
     advisories: bool
     # The advisor's tool-call KV lifecycle (gateway/advisor/toolkv.py) in place of the clients' tool hints.
     tool_kv: bool = False
+    # Views without the token figures (`active_prefill_tokens`, `active_kv_tokens`): what the gateway's load
+    # reports give its policies today (request counts only).
+    counts_only: bool = False
 
 
 SYSTEMS: dict[str, SystemSpec] = {
@@ -74,6 +78,15 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("kv_aware+advisories", "kv_aware", host_tier=True, pool=True, advisories=True),
         SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware+toolkv", "kv_aware", host_tier=True, pool=True, advisories=True, tool_kv=True),
+        SystemSpec(
+            "kv_aware+toolkv-counts",
+            "kv_aware",
+            host_tier=True,
+            pool=True,
+            advisories=True,
+            tool_kv=True,
+            counts_only=True,
+        ),
     )
 }
 
@@ -221,6 +234,10 @@ class _Cluster:
             worker.submit(request)
 
     def _views(self) -> list[WorkerView]:
+        if self.spec.counts_only:
+            return [
+                dataclasses.replace(w.view(), active_prefill_tokens=None, active_kv_tokens=None) for w in self.workers
+            ]
         return [w.view() for w in self.workers]
 
     def _turn_done(self, request: Request) -> None:
