@@ -206,3 +206,16 @@ async def test_a_short_tool_keeps_the_kv_on_its_device_with_a_retain_that_decays
         assert second["worker"] == home
         (settled,) = await _settled(gw, "short-1")
         assert settled.outcome == "used"
+
+
+@pytest.mark.anyio
+async def test_a_keep_whose_worker_holds_none_of_the_kv_falls_back_to_a_prefetch_there(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        _fake_clock(gw)
+        for worker in gw.workers.values():
+            worker.prefix_cache = False  # the workers remember nothing: a retain finds no page of the session
+        _, home = await _tool_turn(gw, "gone-1")
+        advisory = await _tool_call_advisory(gw, "gone-1")
+        assert advisory.detail["tool_kv"]["action"] == "keep"
+        await eventually(lambda: _prefetched_on(gw, home))
+        assert gw.workers[home].kv_ops == [("retain", "gone-1")]
