@@ -190,6 +190,7 @@ class Advisor:
             for due in self.book.due(now):
                 self._spawn(self._fire(due))
             log.info("advisory_fired_early", advisory_id=live.id, kind=live.kind, signal=kind)
+            self.stats.tool_kv_event("early")
             return self._answer(live, "fired", now)
         if live is not None:
             # Where would the request go now? The live advisory's worker is offered as a reservation, so a policy
@@ -301,7 +302,9 @@ class Advisor:
         """Keep the session's KV on the device through its tools, or let it go and prefetch it back (toolkv.py)."""
         predicted_s, source = self.tool_kv.predict(self.tool_durations, tenant_id, tool_names)
         context = self.router.belief.context_tokens(session_id)
-        return self.tool_kv.decide(predicted_s, context, source=source, tools=tool_names)
+        decision = self.tool_kv.decide(predicted_s, context, source=source, tools=tool_names)
+        self.stats.tool_kv_event(decision.action)
+        return decision
 
     async def on_tool_result(self, call: sessions.ToolCallRecord, tenant_id: str) -> dict[str, Any] | None:
         """A tool result was posted: learn its duration; advise at the first or the last of the turn's calls."""
@@ -412,6 +415,7 @@ class Advisor:
         advisory.tokens = result.tokens
         if result.device_tokens + result.host_tokens == 0:
             log.info("retain_found_nothing", advisory_id=advisory.id, worker=advisory.worker_id)
+            self.stats.tool_kv_event("retain_fallback")
             advisory.action = "prefetch"
             return False
         advisory.ready_at = self.clock()

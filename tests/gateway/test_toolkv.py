@@ -170,6 +170,7 @@ async def test_a_tool_result_before_the_predicted_return_fires_the_prefetch_at_o
         answer = result.json()["advisory"]
         assert (answer["state"], answer["kind"], answer["id"]) == ("fired", "tool_call", advisory.id)
         await eventually(lambda: _any_done(gw))
+        assert gw.state.advisor.stats.report()["tool_kv"] == {"offload": 1, "early": 1}  # admin advisories/stats
         second = await _next_turn(gw, "early-1", first)
         (settled,) = await _settled(gw, "early-1")
         assert settled.outcome == "used"
