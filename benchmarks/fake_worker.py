@@ -69,6 +69,7 @@ class FakeWorkerBehaviour:
     extension: bool = True
     running: int = 0
     queued: int = 0
+    queued_prefill_tokens: int | None = None
     prefill_tokens_per_s: float = 5000.0
     decode_tokens_per_s: float = 500.0
     prefetch_delay_s: float = 0.0
@@ -266,6 +267,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             at=time.time(),
             running_requests=b.running,
             queued_requests=b.queued,
+            queued_prefill_tokens=b.queued_prefill_tokens,
             device_kv_tokens_total=1_000_000,
             device_kv_tokens_used=min(used, 1_000_000),
             prefetches_in_flight=sum(1 for p in b.prefetches.values() if p["state"] in ("queued", "running")),

@@ -22,8 +22,9 @@ Our tiers map as device -> device, host tier -> host, shared pool -> disk (0.25,
 counts a shared HiCache L3 with `shared_cache_multiplier`, 0.5 once `DYN_SHARED_CACHE_TYPE=hicache` is set:
 `pool_weight=0.5` reproduces that). The tiers are disjoint prefix lengths from `split_prompt`, credited in whole
 blocks. Dynamo keeps its own per-worker token accounting of what it routed; the simulator fills
-`WorkerView.active_prefill_tokens` / `active_kv_tokens` exactly, while the gateway has no such figures in its load
-reports yet and falls back to counts times `typical_prefill_tokens` (documented as a limit in docs/simulator.md).
+`WorkerView.active_prefill_tokens` / `active_kv_tokens` exactly; the gateway fills the prefill tokens from the
+worker's load report (`LoadReport.queued_prefill_tokens`, plus `typical_prefill_tokens` per request sent since the
+report) and has no decode KV figure yet, for which it falls back to running requests times `typical_prefill_tokens`.
 Ties rotate (deterministic) instead of being drawn at random.
 """
 
@@ -59,7 +60,7 @@ class DynamoCost:
 
     def _active_prefill_tokens(self, worker: WorkerView) -> int:
         if worker.active_prefill_tokens is not None:
-            return worker.active_prefill_tokens
+            return worker.active_prefill_tokens + worker.in_flight_since_report * self.weights.typical_prefill_tokens
         queued = worker.in_flight if worker.queued is None else worker.queued + worker.in_flight_since_report
         return queued * self.weights.typical_prefill_tokens
 

@@ -106,10 +106,11 @@ def test_kv_aware_waits_by_the_prompt_tokens_ahead_when_a_view_counts_them() -> 
 
     cost = CostModel(typical_prefill_tokens=512, default_prefill_tokens_per_s=10_000.0)
     # One queued request either way; a's is a 60k-token tool output, b's a short one. Counted as "typical"
-    # requests the two wait alike; with the tokens known, a waits 6 s and b 0.05 s.
+    # requests the two wait alike; with the tokens known, a waits 6 s, and b the count's floor (512 tokens), since
+    # a short prompt queued behind a full batch waits for more than its own tokens.
     a = _worker("a", prefill=60_000, queued=1)
-    b = _worker("b", prefill=500, queued=1)
+    b = _worker("b", prefill=300, queued=1)
     assert cost.wait_s(a) == pytest.approx(6.0, rel=1e-3)
-    assert cost.wait_s(b) == pytest.approx(0.05, rel=1e-3)
+    assert cost.wait_s(b) == pytest.approx(0.0512, rel=1e-3)
     blind = [WorkerView(id=w.id, url=w.url, in_flight=0, running=0, queued=1) for w in (a, b)]
     assert cost.wait_s(blind[0]) == cost.wait_s(blind[1])
