@@ -180,6 +180,12 @@ class Advisor:
             fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
         worker: WorkerView | None = None
         live = self.book.get(session_id, now)
+        if live is not None and decision is not None:
+            # The turn that just ended claimed its own advisory: a live one now is a stale hint's, and the tool
+            # call's decision (what holds the KV, when it comes back) supersedes it.
+            self.book.withdraw(session_id)
+            self._withdrawn(live, "cancelled")
+            live = None
         if live is not None and not live.fired:
             # A scheduled advisory (a long tool's prefetch) meets a new signal: a tool result before the predicted
             # return fires it now, at the worker the router picks now.

@@ -3,6 +3,7 @@ the extension (retain, prefetch), with the advisor on a fake clock so a 30 s too
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -220,3 +221,26 @@ async def test_a_keep_whose_worker_holds_none_of_the_kv_falls_back_to_a_prefetch
         assert advisory.detail["tool_kv"]["action"] == "keep"
         await eventually(lambda: _prefetched_on(gw, home))
         assert gw.workers[home].kv_ops == [("retain", "gone-1")]
+
+
+@pytest.mark.anyio
+async def test_a_hint_left_live_during_the_turn_gives_way_to_the_tool_calls_decision(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        _fake_clock(gw)
+        for worker in gw.workers.values():
+            worker.token_delay_s = 0.05  # a slow answer: the client's typing hint lands while it runs
+        await gw.client.post("/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "stale-1"})
+        turn = asyncio.create_task(_tool_turn(gw, "stale-1"))
+        await asyncio.sleep(0.02)
+        typing = await gw.client.post("/v1/sessions/stale-1/typing", json={"state": "started"})
+        assert typing.json()["state"] == "fired"
+        await turn
+        advisory = await _tool_call_advisory(gw, "stale-1")
+        assert advisory.detail["tool_kv"]["action"] == "keep"
+        (stale,) = [a for a in await _advisories(gw, "stale-1") if a.kind == "typing"]
+
+        async def cancelled() -> bool:
+            (now,) = [a for a in await _advisories(gw, "stale-1") if a.id == stale.id]
+            return bool(now.outcome == "cancelled")
+
+        await eventually(cancelled)
