@@ -69,11 +69,13 @@ class FakeWorkerBehaviour:
     extension: bool = True
     running: int = 0
     queued: int = 0
+    queued_prefill_tokens: int | None = None
     prefill_tokens_per_s: float = 5000.0
     decode_tokens_per_s: float = 500.0
     prefetch_delay_s: float = 0.0
     prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
     kv_ops: list[tuple[str, str]] = field(default_factory=list)
+    kv_requests: list[SessionKVRequest] = field(default_factory=list)  # the bodies of `kv_ops`, in order
     # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
     # (the cache model's lookup scans every prompt seen); for throughput benchmarks.
     prefix_cache: bool = True
@@ -265,6 +267,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             at=time.time(),
             running_requests=b.running,
             queued_requests=b.queued,
+            queued_prefill_tokens=b.queued_prefill_tokens,
             device_kv_tokens_total=1_000_000,
             device_kv_tokens_used=min(used, 1_000_000),
             prefetches_in_flight=sum(1 for p in b.prefetches.values() if p["state"] in ("queued", "running")),
@@ -346,6 +349,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
                 kept = [t for t in getattr(b, name) if t[: len(tokens)] != tokens[: len(t)]]
                 getattr(b, name)[:] = kept
         b.kv_ops.append((operation, session_id))
+        b.kv_requests.append(body)
         result = KVOpResult(
             session_id=session_id,
             operation=operation,

@@ -17,6 +17,7 @@ import httpx
 import sessions
 
 from .advisor import Advisor, WebhookVerifier
+from .advisor.toolkv import ToolKVPolicy
 from .extension import ExtensionClient
 from .load import LoadPoller
 from .router import Router
@@ -82,6 +83,12 @@ async def start_routing(
         cache_salt_for=cache_salt_for,
         shared=shared,
         replica=replica,
+        # A long tool's prefetch is timed by the context's load time from the pool, at the cost model's rates.
+        tool_kv=ToolKVPolicy(
+            kv_bytes_per_token=settings.kv_bytes_per_token,
+            load_bytes_per_s=settings.pool_to_device_bytes_per_s,
+            load_latency_s=settings.pool_to_device_latency_s,
+        ),
     )
     stack.push_async_callback(advisor.aclose)
     for loop in (poller.run(), advisor.run()):

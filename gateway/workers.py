@@ -66,6 +66,7 @@ class Worker:
             in_flight_since_report=max(self.in_flight - self.in_flight_at_report, 0),
             prefill_tokens_per_s=report.prefill_tokens_per_s,
             decode_tokens_per_s=report.decode_tokens_per_s,
+            active_prefill_tokens=report.queued_prefill_tokens,
         )
 
 

@@ -92,6 +92,7 @@ class Endpoints:
             at=time.time(),
             running_requests=figures.running_requests,
             queued_requests=figures.queued_requests,
+            queued_prefill_tokens=figures.queued_prefill_tokens,
             device_kv_tokens_total=figures.device_kv_tokens_total,
             device_kv_tokens_used=figures.device_kv_tokens_used,
             host_kv_tokens_total=stats.get("host_kv_tokens_total"),

@@ -97,6 +97,10 @@ class LoadReport(BaseModel):
     """The worker's clock (Unix seconds) when the report was made."""
     running_requests: int
     queued_requests: int
+    queued_prefill_tokens: int | None = None
+    """Prompt tokens of the queued requests not found in any cache (SGLang's `num_waiting_uncached_tokens`): the
+    prefill work ahead of a new request, which request counts hide when prompts are 100 tokens or 100k. None from a
+    worker that does not report it."""
     device_kv_tokens_total: int
     device_kv_tokens_used: int
     host_kv_tokens_total: int | None = None

@@ -7,6 +7,7 @@
 | sglang-router       | device + host + shared file pool  | SGLang's router (sglang-router), cache_aware | no |
 | kv_aware            | device + host + shared file pool  | sessiongate, kv_aware                  | no    |
 | kv_aware+advisories | device + host + shared file pool  | sessiongate, kv_aware                  | yes   |
+| dynamo_cost         | device + host + shared file pool  | sessiongate, Dynamo's KV-router cost   | no    |
 
 `running_stack` starts fresh workers (a new pool directory each time) so every system starts with cold caches,
 then the gateway (`sessiongate serve`) or the router as its own process, warms them up (`warm_up`), and stops them
@@ -69,6 +70,7 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("sglang-router", "sglang-router", "cache_aware", True, True, False),
         SystemSpec("kv_aware", "sessiongate", "kv_aware", True, True, False),
         SystemSpec("kv_aware+advisories", "sessiongate", "kv_aware", True, True, True),
+        SystemSpec("dynamo_cost", "sessiongate", "dynamo_cost", True, True, False),
     )
 }
 

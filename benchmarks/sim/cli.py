@@ -8,12 +8,15 @@ python -m benchmarks.sim --calibration h100 --workers 16 --trace sharegpt --load
 python -m benchmarks.sim --calibration h100 --workers 16 --trace sharegpt --loads 1024 --sweep lead --out DIR
 # TTFT prediction error against a real replay's records, with the measured CPU profile
 python -m benchmarks.sim --calibration cpu --validate results/replay/records.jsonl --out DIR
+# issue 15: long-context agents with tool calls (32k-128k), the tool-call KV lifecycle against the baselines
+python -m benchmarks.sim --experiment toolkv --workers 16 --loads 32 64 128 192 256 --tool-scale 1 20 --out DIR
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from benchmarks.workloads import HintModel
 
 from .calibration import PROFILES_DIR, Calibration, cpu_profile, h100_llama8b
 from .cluster import SYSTEMS
-from .experiments import SWEEPS, hint_sweep, load_sweep, validate, validation_markdown
+from .experiments import EXPERIMENTS, SWEEPS, hint_sweep, load_sweep, validate, validation_markdown
 
 __all__ = ["DEFAULT_CPU_PROFILE", "main"]
 
@@ -66,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--false-rate", type=float, default=0.0)
     parser.add_argument("--missed-rate", type=float, default=0.0)
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default=None)
+    parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=None, help="a named experiment")
+    parser.add_argument(
+        "--tool-scale", type=float, nargs="+", default=[1.0], help="toolkv: multiply the trace's tool times"
+    )
     parser.add_argument("--validate", type=Path, default=None, help="JSONL of TurnRecords from a real replay")
     parser.add_argument(
         "--validate-loop",
@@ -90,6 +97,25 @@ def main(argv: list[str] | None = None) -> int:
     worker_counts: list[int] = args.workers or [16]
     hints = HintModel(lead_s=args.lead, false_rate=args.false_rate, missed_rate=args.missed_rate)
     began = time.perf_counter()
+    if args.experiment is not None:
+        systems = args.system if args.system != list(SYSTEMS) else None
+        text = EXPERIMENTS[args.experiment](
+            cal,
+            workers=worker_counts,
+            loads=[int(load) for load in (args.loads or [32, 64, 128, 256])],
+            tool_scales=args.tool_scale,
+            **({"systems": systems} if systems else {}),
+            slo_p99_ttft_s=args.slo_p99_ttft or 10.0,
+            false_rate=args.false_rate or 0.6,
+            sessions_per_user=args.sessions_per_user,
+            think_time_s=args.think_time,
+            seed=args.seed,
+            out_dir=args.out,
+            command="python -m benchmarks.sim " + " ".join(argv if argv is not None else sys.argv[1:]),
+        )
+        print(text)
+        print(f"wall time {time.perf_counter() - began:.1f} s")
+        return 0
     if args.validate is not None:
         workers = args.workers[0] if args.workers else None
         records = read_records(args.validate)

@@ -23,6 +23,7 @@ gateway reads each worker's measured speeds while working, which vary with batch
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
 from collections.abc import Callable, Sequence
@@ -34,10 +35,12 @@ from benchmarks.workloads import Hint, HintModel, SessionTrace, plan_hints
 from gateway.advisor.core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
 from gateway.advisor.quality import HintQuality
 from gateway.advisor.stats import AdvisoryStats
+from gateway.advisor.toolkv import ToolKVPolicy
 from gateway.routing import CacheAware, KVBelief, Reservation, RouteRequest, RoutingPolicy, WorkerView, make_policy
 
 from .calibration import Calibration
 from .engine import EventLoop, Machine, Request, SharedPool, SimWorker
+from .toolkv import SimToolKV
 
 __all__ = ["SYSTEMS", "SimResult", "SystemSpec", "simulate"]
 
@@ -58,6 +61,11 @@ class SystemSpec:
     host_tier: bool
     pool: bool
     advisories: bool
+    # The advisor's tool-call KV lifecycle (gateway/advisor/toolkv.py) in place of the clients' tool hints.
+    tool_kv: bool = False
+    # Views without the token figures (`active_prefill_tokens`, `active_kv_tokens`): what the gateway's load
+    # reports give its policies today (request counts only).
+    counts_only: bool = False
 
 
 SYSTEMS: dict[str, SystemSpec] = {
@@ -68,6 +76,17 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("cache_aware", "cache_aware", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware", "kv_aware", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware+advisories", "kv_aware", host_tier=True, pool=True, advisories=True),
+        SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
+        SystemSpec("kv_aware+toolkv", "kv_aware", host_tier=True, pool=True, advisories=True, tool_kv=True),
+        SystemSpec(
+            "kv_aware+toolkv-counts",
+            "kv_aware",
+            host_tier=True,
+            pool=True,
+            advisories=True,
+            tool_kv=True,
+            counts_only=True,
+        ),
     )
 }
 
@@ -148,6 +167,17 @@ class _Cluster:
         self.claims: dict[tuple[str, int], Claim] = {}
         self.records: list[TurnRecord] = []
         self._advisory_ids = 0
+        self.tool_kv: SimToolKV | None = None
+        if spec.tool_kv:
+            cost = cal.cost_model()
+            self.tool_kv = SimToolKV(
+                self,
+                ToolKVPolicy(
+                    kv_bytes_per_token=cal.kv_bytes_per_token,
+                    load_bytes_per_s=cost.pool_to_device_bytes_per_s,
+                    load_latency_s=cost.pool_to_device_latency_s,
+                ),
+            )
 
     # sessions
 
@@ -158,6 +188,8 @@ class _Cluster:
             if self.hints is not None:
                 by_anchor: dict[int | None, list[Hint]] = {}
                 for hint in plan_hints(session, self.hints, random.Random(f"{self.seed}:{session.id}")):
+                    if self.tool_kv is not None and hint.kind == "tool" and hint.turn is not None:
+                        continue  # the gateway learns of the tool call from the turn itself
                     anchor = hint.after_turn if hint.turn is None else hint.turn - 1
                     by_anchor.setdefault(anchor, []).append(hint)
                 self.planned[session.id] = by_anchor
@@ -170,6 +202,8 @@ class _Cluster:
         now = self.loop.now
         turn = session.turns[k]
         prompt = session.prompt_tokens(k)
+        if self.tool_kv is not None and turn.kind == "tool":
+            self.tool_kv.tool_returned(TENANT, turn.gap_s)  # its result is in this request: the store records it
         request = Request(session_id, k, prompt, turn.output_tokens, now)
         reservation = self.book.reservation(session_id, now) if self.hints is not None else None
         text = session_text(session, k) if self.spec.policy == "cache_aware" else ""
@@ -200,6 +234,10 @@ class _Cluster:
             worker.submit(request)
 
     def _views(self) -> list[WorkerView]:
+        if self.spec.counts_only:
+            return [
+                dataclasses.replace(w.view(), active_prefill_tokens=None, active_kv_tokens=None) for w in self.workers
+            ]
         return [w.view() for w in self.workers]
 
     def _turn_done(self, request: Request) -> None:
@@ -243,6 +281,8 @@ class _Cluster:
             self.loop.at(at, self._hint, hint)
         if k + 1 < len(session.turns):
             following = session.turns[k + 1]
+            if self.tool_kv is not None and following.kind == "tool" and request.error is None:
+                self.tool_kv.on_tool_call(request.session_id, TENANT)
             send_at = now + following.gap_s if following.at_s is None else max(now, following.at_s)
             self.loop.at(send_at, self._send, (request.session_id, k + 1))
         elif request.session_id in self.follow_ups:
@@ -344,6 +384,8 @@ class _Cluster:
             for outcome in ("used", "late", "wasted"):
                 counts[outcome] += kind.outcomes.get(outcome, 0)
             counts["skipped"] += kind.skipped
+        if self.tool_kv is not None:
+            counts.update(self.tool_kv.decisions)
         return counts
 
 

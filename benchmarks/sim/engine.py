@@ -34,6 +34,7 @@ The model, kept coarse on purpose so an hour of traffic on 16 workers simulates 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,27 +158,42 @@ class _Step:
 
 @dataclass(slots=True)
 class _Tier:
-    """One worker's tier: session prefixes in LRU order, with the time a prefetched one becomes usable."""
+    """One worker's tier: session prefixes in LRU order, with the time a prefetched one becomes usable, and the
+    entries a `retain` ranks above the rest until a time (soft: once only retained entries are left, the least
+    recently used of them goes; an expired retain is no retain)."""
 
     capacity: int
     used: int = 0
     entries: OrderedDict[str, int] = field(default_factory=OrderedDict)
     ready_at: dict[str, float] = field(default_factory=dict)
+    retained: dict[str, float] = field(default_factory=dict)
 
     def pop(self, session_id: str) -> int:
         tokens = self.entries.pop(session_id, 0)
         self.used -= tokens
+        self.retained.pop(session_id, None)
         return tokens
 
-    def put(self, session_id: str, tokens: int) -> None:
-        """Insert (most recently used), evicting the least recently used entries to make room."""
+    def evict_one(self, now: float) -> None:
+        """Evict the least recently used entry no live retain protects, else the least recently used one."""
+        gone = next(iter(self.entries))
+        if self.retained:
+            for session_id in self.entries:
+                until = self.retained.get(session_id)
+                if until is None or until <= now:
+                    gone = session_id
+                    break
+        self.used -= self.entries.pop(gone)
+        self.ready_at.pop(gone, None)
+        self.retained.pop(gone, None)
+
+    def put(self, session_id: str, tokens: int, now: float = math.inf) -> None:
+        """Insert (most recently used), evicting to make room (`now` decides which retains still hold)."""
         self.pop(session_id)
         if tokens > self.capacity:
             return
         while self.used + tokens > self.capacity and self.entries:
-            gone, size = self.entries.popitem(last=False)
-            self.used -= size
-            self.ready_at.pop(gone, None)
+            self.evict_one(now)
         self.entries[session_id] = tokens
         self.used += tokens
 
@@ -210,6 +226,8 @@ class SimWorker:
         self.prefill: deque[Request] = deque()
         self.decoding: list[Request] = []
         self.decode_kv = 0
+        # Prompt tokens sent here and not yet computed or found cached (Dynamo's active prefill tokens).
+        self.pending_prefill = 0
         self.nic_free_at = 0.0
         self.pcie_free_at = 0.0
         # `Calibration.moves_on_compute`: copies made while a step ran (the next step waits for them), and when the
@@ -226,7 +244,13 @@ class SimWorker:
         running = self.loading + len(self.prefill) + len(self.decoding)
         queued = len(self.waiting)
         return WorkerView(
-            id=self.id, url=f"sim://{self.id}", in_flight=running + queued, running=running, queued=queued
+            id=self.id,
+            url=f"sim://{self.id}",
+            in_flight=running + queued,
+            running=running,
+            queued=queued,
+            active_prefill_tokens=self.pending_prefill,
+            active_kv_tokens=self.decode_kv,
         )
 
     # requests
@@ -239,6 +263,7 @@ class SimWorker:
             self.on_done(request)
             return
         self.waiting.append(request)
+        self.pending_prefill += request.prompt
         self._admit()
 
     def _device_free(self) -> int:
@@ -261,9 +286,7 @@ class SimWorker:
             device_ready = self.cached.ready_at.pop(sid, now)
             own = self.cached.pop(sid)
             while self._device_free() < need and self.cached.entries:
-                gone, size = self.cached.entries.popitem(last=False)
-                self.cached.used -= size
-                self.cached.ready_at.pop(gone, None)
+                self.cached.evict_one(now)
             self.reserved += need
             self._in_use.add(sid)
             self._place(request, own, max(device_ready, now))
@@ -289,6 +312,7 @@ class SimWorker:
             pool_total = max(self._pages(min(self.pool.entries[sid], usable)), host_total)
         request.device, request.host, request.pool = device, host_total - device, pool_total - host_total
         request.prefilled = pool_total
+        self.pending_prefill -= pool_total
         request.reserved = request.prompt + request.output
         bytes_per_token = cal.kv_bytes_per_token
         ready = max(now, device_ready)
@@ -408,6 +432,7 @@ class SimWorker:
             self.decoding = still
         for request, take in step.prefill:
             request.prefilled += take
+            self.pending_prefill -= take
             if request.prefilled >= request.prompt:
                 self.prefill.remove(request)
                 request.first_token_s = now
@@ -433,12 +458,23 @@ class SimWorker:
         self.reserved -= request.reserved
         self._in_use.discard(sid)
         kept = request.prompt + request.output
-        self.cached.put(sid, kept)  # the radix cache keeps what the turn computed; no room is freed
+        self.cached.put(sid, kept, self.loop.now)  # the radix cache keeps what the turn computed; no room is freed
         if self.host is not None:
             self.host.put(sid, kept)
         if self.pool is not None:
             self.pool.put(sid, kept)
         self.on_done(request)
+
+    # session KV operations
+
+    def retain(self, session_id: str, until: float) -> tuple[int, int]:
+        """`POST .../retain`: the session's device entry outranks unretained ones until `until` (never a pin).
+        Returns the tokens found (device, host), as the extension's `KVOpResult` does."""
+        device = self.cached.entries.get(session_id, 0)
+        if device:
+            self.cached.retained[session_id] = until
+        host = self.host.entries.get(session_id, 0) if self.host is not None else 0
+        return device, max(host - device, 0)
 
     # advisory prefetch
 
@@ -474,7 +510,7 @@ class SimWorker:
                 )
                 loaded += extra * bytes_per_token
                 self.bytes_moved["host->device"] += extra * bytes_per_token
-                self.cached.put(session_id, in_host)
+                self.cached.put(session_id, in_host, now)
                 self.cached.ready_at[session_id] = ready
                 device = in_host
         return PrefetchResult(ready, device, max(in_host - device, 0), loaded)

@@ -5,6 +5,8 @@
   `benchmarks.report.write_report`, with each system's mean E2E over recompute's at the same load in `extra`.
 - `hint_sweep`: `kv_aware+advisories` at one load while one hint parameter moves (lead 0-16 s, false hints
   0-60%, missed hints 0-20%), against `kv_aware` at the same load: a Markdown table and a PNG.
+- `toolkv` (`EXPERIMENTS`, `toolkv_experiment.py`): issue 15's long-context agents with tool calls, the advisor's
+  tool-call KV lifecycle against cache_aware, Dynamo's cost, recompute and sticky, with its targets stated.
 - `validate`: sessions rebuilt from a real replay's TurnRecords (token counts and send times), simulated with
   the CPU calibration, and the TTFT error per system: statistics of the simulated against the measured TTFTs,
   and the per-turn error.
@@ -35,8 +37,10 @@ from benchmarks.workloads import (
 
 from .calibration import Calibration
 from .cluster import SYSTEMS, SimResult, simulate
+from .toolkv_experiment import toolkv_experiment
 
 __all__ = [
+    "EXPERIMENTS",
     "SWEEPS",
     "Workload",
     "closed_loop_sessions",
@@ -54,6 +58,8 @@ SWEEPS: dict[str, tuple[str, tuple[float, ...]]] = {
     "false": ("false_rate", (0.0, 0.2, 0.4, 0.6)),
     "missed": ("missed_rate", (0.0, 0.05, 0.1, 0.2)),
 }
+# Named experiments (`python -m benchmarks.sim --experiment NAME`).
+EXPERIMENTS = {"toolkv": toolkv_experiment}
 # A replay names SGLang's router by its program; the simulator runs the same policy under the policy's name.
 REPLAY_SYSTEM_NAMES = {"sglang-router": "cache_aware"}
 

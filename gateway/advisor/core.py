@@ -54,6 +54,10 @@ class LiveAdvisory:
     bytes_loaded: int | None = None
     # Also in the replicas' shared state (gateway.shared), where a turn on any replica may claim it.
     shared: bool = False
+    # "prefetch" brings the KV to `worker_id`; "retain" keeps it on the device there for `retain_s` (a short
+    # tool's KV, see toolkv.py), and falls back to a prefetch when the worker holds none of it.
+    action: str = "prefetch"
+    retain_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

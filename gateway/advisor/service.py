@@ -33,11 +33,12 @@ from gateway.extension import ExtensionClient
 from gateway.router import Router
 from gateway.routing import Reservation, WorkerView
 from gateway.shared import SharedAdvisory, SharedState, SharedUnavailable
-from sglang_ext.protocol import PrefetchRequest
+from sglang_ext.protocol import PrefetchRequest, SessionKVRequest
 
 from .core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
 from .quality import HintQuality
 from .stats import AdvisoryStats
+from .toolkv import ToolDurations, ToolKVDecision, ToolKVPolicy
 
 __all__ = ["Advisor"]
 
@@ -73,6 +74,7 @@ class Advisor:
         shared: SharedState | None = None,
         replica: str = "",
         unix: Callable[[], float] = time.time,
+        tool_kv: ToolKVPolicy | None = None,
     ) -> None:
         # The tenant's cache salt is part of every KV key: a prefetch without the salt the real request
         # carries would bring pages the request can never hit.
@@ -83,6 +85,8 @@ class Advisor:
         self.book = AdvisorBook(ttl_s=ttl_s, stop_grace_s=stop_grace_s)
         self.quality = HintQuality()
         self.stats = AdvisoryStats()
+        self.tool_kv = tool_kv or ToolKVPolicy()
+        self.tool_durations = ToolDurations()
         self.lead_s = lead_s
         self.tool_result_trigger = tool_result_trigger
         self.poll_interval_s = poll_interval_s
@@ -127,12 +131,26 @@ class Advisor:
             self._spawn(self._flush_counts())
         now = self.clock()
         for advisory in self.book.due(now):
+            if advisory.fire_at > advisory.created_at:
+                self._retarget(advisory)  # scheduled for later: the router's choice may have changed since
             self._spawn(self._fire(advisory))
         for advisory in self.book.expire(now):
             if advisory.shared:
                 self._spawn(self._end_shared(advisory))
             else:
                 self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
+
+    def _home_worker(self, session_id: str) -> WorkerView | None:
+        """The routable worker that served the session last (where its KV is), if any."""
+        home = self.router.belief.residency(session_id, self.router.clock()).last_worker
+        return next((w for w in self.router.candidates() if w.id == home), None)
+
+    def _retarget(self, advisory: LiveAdvisory) -> None:
+        """Point a not yet fired advisory at the worker the router would pick now."""
+        worker = self.router.choose(advisory.session_id, advisory.tenant_id)
+        if worker is not None and worker.id != advisory.worker_id:
+            log.info("advisory_retargeted", advisory_id=advisory.id, worker=advisory.worker_id, now_worker=worker.id)
+            advisory.worker_id, advisory.worker_url = worker.id, worker.url
 
     def _withdrawn(self, advisory: LiveAdvisory, outcome: str) -> None:
         """An advisory left the book with no request: settle it, and stop its prefetch if still running."""
@@ -146,7 +164,13 @@ class Advisor:
         return self.book.reservation(session_id, self.clock())
 
     async def signal(
-        self, session_id: str, tenant_id: str, kind: str, *, expected_in_s: float | None = None
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        *,
+        expected_in_s: float | None = None,
+        decision: ToolKVDecision | None = None,
     ) -> dict[str, Any]:
         """Handle one signal; returns what was done, for the signal's HTTP answer.
 
@@ -162,7 +186,7 @@ class Advisor:
         self._signal_locks[session_id] = (lock, users + 1)
         try:
             async with lock:
-                return await self._signal(session_id, tenant_id, kind, expected_in_s)
+                return await self._signal(session_id, tenant_id, kind, expected_in_s, decision)
         finally:
             lock, users = self._signal_locks[session_id]
             if users == 1:
@@ -170,13 +194,42 @@ class Advisor:
             else:
                 self._signal_locks[session_id] = (lock, users - 1)
 
-    async def _signal(self, session_id: str, tenant_id: str, kind: str, expected_in_s: float | None) -> dict[str, Any]:
+    async def _signal(
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        expected_in_s: float | None,
+        decision: ToolKVDecision | None = None,
+    ) -> dict[str, Any]:
         self.stats.signal(kind)
         self._count({f"{kind}:signals": 1})
         now = self.clock()
-        fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
+        if decision is not None:
+            expected_in_s = decision.predicted_s
+            fire_in_s = decision.fire_in_s
+        else:
+            fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
         worker: WorkerView | None = None
         live = self.book.get(session_id, now)
+        if live is not None and decision is not None:
+            # The turn that just ended claimed its own advisory: a live one now is a stale hint's, and the tool
+            # call's decision (what holds the KV, when it comes back) supersedes it.
+            self.book.withdraw(session_id)
+            self._withdrawn(live, "cancelled")
+            live = None
+        if live is not None and not live.fired:
+            # A scheduled advisory (a long tool's prefetch) meets a new signal: a tool result before the predicted
+            # return fires it now, at the worker the router picks now.
+            self.book.refresh(session_id, now, fire_in_s=fire_in_s)
+            if live.fire_at > now:
+                return self._answer(live, "refreshed", now)
+            self._retarget(live)
+            for due in self.book.due(now):
+                self._spawn(self._fire(due))
+            log.info("advisory_fired_early", advisory_id=live.id, kind=live.kind, signal=kind)
+            self.stats.tool_kv_event("early")
+            return self._answer(live, "fired", now)
         if live is not None:
             # Where would the request go now? The live advisory's worker is offered as a reservation, so a policy
             # that honours reservations keeps it while it is still a good choice (no thrashing between equals).
@@ -201,11 +254,19 @@ class Advisor:
             self._count({f"{kind}:skipped": 1})
             log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
+        if decision is not None and decision.action == "keep":
+            worker = worker or self._home_worker(session_id)  # a short tool: the KV stays where it is
         worker = worker or self.router.choose(session_id, tenant_id)
         if worker is None:
             return {"object": "advisory", "state": "skipped", "reason": "no_routable_worker"}
         ttl_s = self.book.ttl_s + (expected_in_s or 0.0)
         wall = self.wall()
+        detail: dict[str, Any] = {
+            "target": tier,
+            "expected_in_ms": None if expected_in_s is None else round(expected_in_s * 1000),
+        }
+        if decision is not None:
+            detail["tool_kv"] = decision.detail()
         record = await self.store.create_advisory(
             session_id,
             tenant_id=tenant_id,
@@ -213,7 +274,7 @@ class Advisor:
             target_worker=worker.id,
             created_at=wall,
             expires_at=wall + timedelta(seconds=ttl_s),
-            detail={"target": tier, "expected_in_ms": None if expected_in_s is None else round(expected_in_s * 1000)},
+            detail=detail,
         )
         advisory = LiveAdvisory(
             id=record.id,
@@ -227,11 +288,13 @@ class Advisor:
             fire_at=now + fire_in_s,
             expires_at=now + ttl_s,
         )
+        if decision is not None and decision.action == "keep":
+            advisory.action, advisory.retain_s = "retain", decision.retain_s
         self.book.add(advisory)
-        due = self.book.due(now)
+        to_fire = self.book.due(now)
         if self.shared is not None:  # shared before its prefetch starts, so its updates find it
             await self._share(advisory)
-        for each in due:
+        for each in to_fire:
             self._spawn(self._fire(each))
         log.info("advisory_created", advisory_id=record.id, kind=kind, worker=worker.id, target=tier)
         return self._answer(advisory, "fired" if advisory.fired else "scheduled", now)
@@ -314,13 +377,22 @@ class Advisor:
         if claim is not None:
             self._settle(claim.advisory, settle(claim, cache_details), turn_id=turn_id, lead_s=claim.lead_s)
         if tool_names:
-            expected = self.book.expected_tool_s(list(tool_names))
-            self._spawn(self._signal_quietly(session_id, tenant_id, "tool_call", expected))
+            decision = self.plan_tool_kv(session_id, tenant_id, tool_names)
+            self._spawn(self._signal_quietly(session_id, tenant_id, "tool_call", None, decision=decision))
+
+    def plan_tool_kv(self, session_id: str, tenant_id: str, tool_names: Sequence[str]) -> ToolKVDecision:
+        """Keep the session's KV on the device through its tools, or let it go and prefetch it back (toolkv.py)."""
+        predicted_s, source = self.tool_kv.predict(self.tool_durations, tenant_id, tool_names)
+        context = self.router.belief.context_tokens(session_id)
+        decision = self.tool_kv.decide(predicted_s, context, source=source, tools=tool_names)
+        self.stats.tool_kv_event(decision.action)
+        return decision
 
     async def on_tool_result(self, call: sessions.ToolCallRecord, tenant_id: str) -> dict[str, Any] | None:
         """A tool result was posted: learn its duration; advise at the first or the last of the turn's calls."""
         if call.duration_ms is not None:
             self.book.record_tool_duration(call.name, call.duration_ms / 1000)
+            self.tool_durations.record(tenant_id, call.name, call.duration_ms / 1000)
         pending = await self.store.pending_tool_calls(call.session_id, tenant_id=tenant_id)
         left = [c for c in pending if c.turn_id == call.turn_id]
         if self.tool_result_trigger == "last" and left:
@@ -329,9 +401,17 @@ class Advisor:
 
     # I/O, in background tasks
 
-    async def _signal_quietly(self, session_id: str, tenant_id: str, kind: str, expected_in_s: float | None) -> None:
+    async def _signal_quietly(
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        expected_in_s: float | None,
+        *,
+        decision: ToolKVDecision | None = None,
+    ) -> None:
         try:
-            await self.signal(session_id, tenant_id, kind, expected_in_s=expected_in_s)
+            await self.signal(session_id, tenant_id, kind, expected_in_s=expected_in_s, decision=decision)
         except sessions.StoreError as exc:
             log.warning("advisory_not_created", kind=kind, error=str(exc))
 
@@ -355,6 +435,8 @@ class Advisor:
             return
         record = await self.store.get_session(session_id, tenant_id=tenant_id)
         tools = await self._last_tools(session_id, tenant_id, record.turn_count)
+        if advisory.action == "retain" and await self._retain(advisory, context, tools, record.priority):
+            return
         request = PrefetchRequest(
             session_id=session_id,
             messages=context,
@@ -404,6 +486,30 @@ class Advisor:
         elif state in _TERMINAL:
             advisory.failed = True
             await self._share_update(advisory, failed=True)
+
+    async def _retain(
+        self, advisory: LiveAdvisory, context: list[dict[str, Any]], tools: list[dict[str, Any]] | None, priority: int
+    ) -> bool:
+        """Keep a short tool's KV on the device where it is; False when that worker holds none of it."""
+        request = SessionKVRequest(
+            messages=context,
+            tools=tools,
+            priority=priority + self.tool_kv.retain_priority_boost,
+            ttl_ms=max(int(advisory.retain_s * 1000), 1),
+            cache_salt=self.cache_salt_for(advisory.tenant_id) if self.cache_salt_for else None,
+        )
+        result = await self.extension.session_kv(
+            advisory.worker_id, advisory.worker_url or "", advisory.session_id, "retain", request
+        )
+        advisory.tokens = result.tokens
+        if result.device_tokens + result.host_tokens == 0:
+            log.info("retain_found_nothing", advisory_id=advisory.id, worker=advisory.worker_id)
+            self.stats.tool_kv_event("retain_fallback")
+            advisory.action = "prefetch"
+            return False
+        advisory.ready_at = self.clock()
+        advisory.bytes_loaded = 0
+        return True
 
     async def _last_tools(self, session_id: str, tenant_id: str, turn_count: int) -> list[dict[str, Any]] | None:
         turns = await self.store.list_turns(session_id, tenant_id=tenant_id, after_seq=max(turn_count - 1, 0), limit=1)

@@ -57,6 +57,9 @@ class AdvisoryStats:
     prefetches_sent: dict[str, int] = field(default_factory=dict)  # by target tier
     prefetch_bytes: int = 0
     prefetch_latency: PrefetchLatency = field(default_factory=PrefetchLatency)
+    # The tool-call KV lifecycle (toolkv.py): decisions ("keep", "offload"), scheduled prefetches fired early by a
+    # signal ("early"), and keeps whose worker held none of the KV ("retain_fallback").
+    tool_kv: dict[str, int] = field(default_factory=dict)
 
     def _kind(self, kind: str) -> _KindStats:
         return self.kinds.setdefault(kind, _KindStats())
@@ -69,6 +72,9 @@ class AdvisoryStats:
             stats.lead_count += 1
         if outcome == "wasted" and bytes_loaded:
             stats.wasted_bytes += bytes_loaded
+
+    def tool_kv_event(self, event: str) -> None:
+        self.tool_kv[event] = self.tool_kv.get(event, 0) + 1
 
     def skipped(self, kind: str) -> None:
         self._kind(kind).skipped += 1
@@ -134,4 +140,5 @@ class AdvisoryStats:
             "missed": self.missed,
             "recall": total_foreseen / requests if requests else None,
             "kinds": kinds,
+            "tool_kv": dict(self.tool_kv),
         }

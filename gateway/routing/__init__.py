@@ -9,6 +9,7 @@ from __future__ import annotations
 from .belief import KVBelief
 from .cache_aware import CacheAware
 from .cost import CostModel, Placement, split_prompt
+from .dynamo_cost import DynamoCost, DynamoWeights
 from .policies import DEFAULT_RESERVATION_MARGIN_S, KVAware, LeastLoaded, RoundRobin, RoutingPolicy, Sticky
 from .views import KVResidency, Reservation, RouteRequest, WorkerView
 
@@ -17,6 +18,8 @@ __all__ = [
     "POLICY_NAMES",
     "CacheAware",
     "CostModel",
+    "DynamoCost",
+    "DynamoWeights",
     "KVAware",
     "KVBelief",
     "KVResidency",
@@ -32,7 +35,7 @@ __all__ = [
     "split_prompt",
 ]
 
-POLICY_NAMES = ("round_robin", "least_loaded", "sticky", "cache_aware", "kv_aware")
+POLICY_NAMES = ("round_robin", "least_loaded", "sticky", "cache_aware", "kv_aware", "dynamo_cost")
 
 
 def make_policy(
@@ -48,4 +51,6 @@ def make_policy(
         return CacheAware()
     if name == "kv_aware":
         return KVAware(cost, reservation_margin_s=reservation_margin_s)
+    if name == "dynamo_cost":
+        return DynamoCost()
     raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

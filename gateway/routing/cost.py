@@ -10,9 +10,11 @@ Two terms, both in seconds, so they add up:
                 + recompute_tokens / prefill_tps(w)
 
 Each request queued ahead (the report's queue, plus what the gateway sent since the report) delays our first token
-by the prefill work of a typical request; the running batch delays it by about one decode step, `running /
-decode_tps` (decode_tps is the batch's aggregate rate), because continuous batching admits a newcomer at the next
-step. A worker without a load report has only the gateway's in-flight count, all of it counted as queued.
+by the prefill work of a typical request, or by the queued prompt tokens when the view counts them and they are
+more (`WorkerView.active_prefill_tokens`, from the worker's `queued_prefill_tokens`); the running batch delays it
+by about one decode step, `running / decode_tps` (decode_tps is the batch's aggregate rate), because continuous
+batching admits a newcomer at the next step. A worker without a load report has only the gateway's in-flight
+count, all of it counted as queued.
 Not modelled: a worker whose batch is full admits a queued request only when a running one ends, which depends on
 output lengths nobody knows yet; such a worker with a short queue scores as only a little slower than an idle one.
 The prompt is split by where its leading tokens are believed to be: on `w`'s device (free), in `w`'s host tier
@@ -79,7 +81,14 @@ class CostModel:
             queued, running = worker.in_flight, 0
         else:
             queued, running = worker.queued + worker.in_flight_since_report, worker.running
-        return queued * self.typical_prefill_tokens / self.prefill_rate(worker) + running / self.decode_rate(worker)
+        ahead = queued * self.typical_prefill_tokens
+        if worker.active_prefill_tokens is not None:
+            # The prompt tokens queued are known (the worker's report; the simulator counts them exactly): a
+            # long-context queue is not `typical_prefill_tokens` a request. The count stays a floor: short prompts
+            # queued behind a full batch wait for running requests to end, which their few tokens do not show.
+            tokens = worker.active_prefill_tokens + worker.in_flight_since_report * self.typical_prefill_tokens
+            ahead = max(ahead, tokens)
+        return ahead / self.prefill_rate(worker) + running / self.decode_rate(worker)
 
     def resident_s(self, placement: Placement, worker: WorkerView) -> float:
         per_token = self.kv_bytes_per_token

@@ -30,6 +30,10 @@ class WorkerView:
     in_flight_since_report: int = 0
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
+    # Token figures for `dynamo_cost` (None where nobody counts them): prompt tokens queued or being prefilled and
+    # not yet computed, and the KV tokens of the sequences the worker is decoding.
+    active_prefill_tokens: int | None = None
+    active_kv_tokens: int | None = None
 
     @property
     def load(self) -> int:

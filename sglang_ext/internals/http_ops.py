@@ -81,6 +81,7 @@ class LoadFigures:
     queued_requests: int
     device_kv_tokens_total: int
     device_kv_tokens_used: int
+    queued_prefill_tokens: int
 
 
 def load_snapshot() -> LoadFigures | None:
@@ -93,6 +94,7 @@ def load_snapshot() -> LoadFigures | None:
         queued_requests=int(snapshot.num_waiting_reqs),
         device_kv_tokens_total=int(snapshot.max_total_num_tokens),
         device_kv_tokens_used=int(snapshot.num_used_tokens),
+        queued_prefill_tokens=int(snapshot.num_waiting_uncached_tokens),
     )
 
 

@@ -196,7 +196,9 @@ async def busy(gateway: httpx.AsyncClient, worker: WorkerProcess) -> AsyncIterat
         view = next(w for w in shown if w["id"] == worker_id)
         report = view["load"]
         fresh = view["load_age_s"] is not None and view["load_age_s"] < 1.0
-        return report if fresh and report["running_requests"] > 0 and report["queued_requests"] > 0 else None
+        busy = report["running_requests"] > 0 and report["queued_requests"] > 0
+        # The queued requests' prompts are not cached: the report counts their tokens as prefill work ahead.
+        return report if fresh and busy and report["queued_prefill_tokens"] > 0 else None
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=30.0)) as client:
         jobs = [asyncio.create_task(generate(client, i)) for i in range(BUSY_STREAMS)]

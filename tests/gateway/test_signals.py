@@ -169,10 +169,15 @@ async def test_tool_calls_advise_and_tool_results_are_recorded(make_gateway: Any
             return any(a.kind == "tool_call" for a in await _advisories(gw, "tools-1"))
 
         await eventually(tool_call_advisory)
-        # The prefetch carries the last turn's tools, so the worker renders the same prompt.
-        await eventually(lambda: _any_prefetch(gw))
-        sent = next(p for w in gw.workers.values() for p in w.prefetches.values())["request"]
+        # No duration recorded yet: the default prediction is a short tool, so the KV is kept on the device where
+        # it is (a retain, no prefetch); the retain carries the last turn's tools, so the worker renders the same
+        # prompt.
+        await eventually(lambda: _any_retain(gw))
+        (sent,) = [r for w in gw.workers.values() for r in w.kv_requests]
         assert sent.tools == tools
+        assert not any(w.prefetches for w in gw.workers.values())
+        (advisory,) = await _advisories(gw, "tools-1")
+        assert advisory.detail["tool_kv"]["action"] == "keep"
 
         result = await gw.client.post(
             "/v1/sessions/tools-1/tool_results", json={"tool_call_id": call["id"], "content": "found it"}
@@ -192,6 +197,10 @@ async def test_tool_calls_advise_and_tool_results_are_recorded(make_gateway: Any
 
 async def _any_prefetch(gw: Gateway) -> bool:
     return any(w.prefetches for w in gw.workers.values())
+
+
+async def _any_retain(gw: Gateway) -> bool:
+    return any(w.kv_requests for w in gw.workers.values())
 
 
 async def test_explicit_hint_with_expected_time_is_scheduled(make_gateway: Any) -> None:

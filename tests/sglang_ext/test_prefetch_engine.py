@@ -116,6 +116,7 @@ def test_idle_load_report(worker_b: httpx.Client) -> None:
     assert load_report(worker_b).prefill_tokens_per_s == report.prefill_tokens_per_s
     assert report.running_requests == 0
     assert report.queued_requests == 0
+    assert report.queued_prefill_tokens == 0
     assert report.device_kv_tokens_total == 4096  # WorkerConfig.max_total_tokens
     assert 0 <= report.device_kv_tokens_used <= report.device_kv_tokens_total
     assert report.host_kv_tokens_total is not None

@@ -1,0 +1,246 @@
+"""The tool-call-aware KV lifecycle: the pure decision, then through the real app against fake workers that speak
+the extension (retain, prefetch), with the advisor on a fake clock so a 30 s tool takes no time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from gateway.advisor.toolkv import ToolDurations, ToolKVPolicy, quantile
+
+from .conftest import Gateway
+from .test_signals import FAST, USER, _advisories, _settled, eventually
+
+RUN_TESTS = [{"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}}]
+
+
+# --- the decision, pure ----------------------------------------------------------------------------------------
+
+
+def test_quantile_interpolates_between_order_statistics() -> None:
+    assert quantile([4.0, 1.0, 3.0, 2.0], 0.75) == pytest.approx(3.25)
+    assert quantile([7.0], 0.75) == 7.0
+
+
+def test_prediction_is_per_tenant_then_per_tool_then_the_default() -> None:
+    durations = ToolDurations(min_samples=3)
+    policy = ToolKVPolicy(quantile=0.75, default_tool_s=2.0)
+    for seconds in (10.0, 20.0, 30.0, 40.0):
+        durations.record("acme", "run_tests", seconds)
+    durations.record("other", "run_tests", 100.0)
+    # acme's own four samples: p75 of 10, 20, 30, 40.
+    assert policy.predict(durations, "acme", ["run_tests"]) == (pytest.approx(32.5), "tenant")
+    # "other" has one sample of its own, too few: every tenant's five samples of the tool.
+    assert policy.predict(durations, "other", ["run_tests"]) == (pytest.approx(40.0), "tool")
+    assert policy.predict(durations, "acme", ["grep"]) == (2.0, "default")
+    # Calls of one turn run side by side: the slowest tool's prediction counts.
+    for seconds in (1.0, 1.0, 1.0):
+        durations.record("acme", "grep", seconds)
+    assert policy.predict(durations, "acme", ["grep", "run_tests"])[0] == pytest.approx(32.5)
+
+
+def test_short_tools_keep_the_kv_long_ones_offload_and_prefetch_before_the_return() -> None:
+    # 100k tokens of 128 KiB at 20 GB/s: 0.66 s to load back.
+    policy = ToolKVPolicy(kv_bytes_per_token=131_072, load_bytes_per_s=20e9, keep_below_s=2.0, landing_margin_s=0.5)
+    short = policy.decide(0.5, 100_000, source="tool", tools=["grep"])
+    assert (short.action, short.fire_in_s) == ("keep", 0.0)
+    assert short.retain_s == pytest.approx(0.5 * 1.5 + 1.0)  # protected only while the prediction holds
+    long = policy.decide(30.0, 100_000)
+    assert long.action == "offload"
+    assert long.load_s == pytest.approx(100_000 * 131_072 / 20e9)
+    assert long.fire_in_s == pytest.approx(30.0 - long.load_s - 0.5)
+    assert long.detail()["action"] == "offload"
+    # A tool longer than keep_below_s but shorter than twice the load: a prefetch could not hide the load.
+    slow_link = ToolKVPolicy(kv_bytes_per_token=131_072, load_bytes_per_s=2e9)  # 6.6 s to load 100k tokens
+    assert slow_link.decide(10.0, 100_000).action == "keep"
+    assert slow_link.decide(20.0, 100_000).action == "offload"
+
+
+# --- through the app -------------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _fake_clock(gw: Gateway) -> FakeClock:
+    clock = FakeClock()
+    gw.state.advisor.clock = clock
+    return clock
+
+
+async def _tool_turn(gw: Gateway, session: str) -> tuple[dict[str, Any], str]:
+    response = await gw.client.post(
+        "/v1/chat/completions",
+        json={"messages": [USER], "tools": RUN_TESTS, "tool_choice": "required"},
+        headers={"X-Session-Id": session},
+    )
+    assert response.status_code == 200, response.text
+    return response.json(), response.headers["x-sessiongate-worker"].split(":")[0]
+
+
+async def _tool_call_advisory(gw: Gateway, session: str) -> Any:
+    async def made() -> bool:
+        return any(a.kind == "tool_call" for a in await _advisories(gw, session))
+
+    await eventually(made)
+    (advisory,) = [a for a in await _advisories(gw, session) if a.kind == "tool_call"]
+    return advisory
+
+
+async def _next_turn(gw: Gateway, session: str, first: dict[str, Any]) -> dict[str, Any]:
+    message = first["choices"][0]["message"]
+    call = message["tool_calls"][0]
+    tool = {"role": "tool", "tool_call_id": call["id"], "content": "3 passed"}
+    response = await gw.client.post(
+        "/v1/chat/completions",
+        json={"messages": [USER, message, tool], "tools": RUN_TESTS},
+        headers={"X-Session-Id": session},
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    body["worker"] = response.headers["x-sessiongate-worker"].split(":")[0]
+    return body
+
+
+def _prefetches(gw: Gateway) -> dict[str, int]:
+    return {name: len(w.prefetches) for name, w in gw.workers.items()}
+
+
+@pytest.mark.anyio
+async def test_a_long_tool_lets_the_kv_go_and_prefetches_it_to_the_routers_pick_before_the_return(
+    make_gateway: Any,
+) -> None:
+    async with make_gateway(**{**FAST, "advisory_ttl_s": 5.0}) as gw:
+        clock = _fake_clock(gw)
+        for seconds in (28.0, 30.0, 30.0, 32.0):
+            gw.state.advisor.tool_durations.record("default", "run_tests", seconds)
+        first, home = await _tool_turn(gw, "long-1")
+        other = "worker-b" if home == "worker-a" else "worker-a"
+        advisory = await _tool_call_advisory(gw, "long-1")
+        decision = advisory.detail["tool_kv"]
+        assert (decision["action"], decision["source"], decision["predicted_s"]) == ("offload", "tenant", 30.5)
+        assert decision["fire_in_s"] == pytest.approx(30.5 - decision["load_s"] - 0.5, abs=1e-3)
+        assert not any(w.kv_requests for w in gw.workers.values())  # nothing holds the KV through the tool
+
+        gw.workers[home].queued = 40  # while the tool runs, the session's worker gets busy
+        clock.now += decision["fire_in_s"] - 1.0
+        await eventually(lambda: _reports_seen(gw, home))
+        assert _prefetches(gw) == {"worker-a": 0, "worker-b": 0}  # not yet: a second before the planned time
+        clock.now += 1.01
+        await eventually(lambda: _prefetched_on(gw, other))  # fired on time, at the router's pick then
+        assert gw.workers[home].prefetches == {}
+
+        second = await _next_turn(gw, "long-1", first)
+        assert second["worker"] == other
+        (settled,) = await _settled(gw, "long-1")
+        # The store keeps the worker planned at the tool call (a retarget is logged, not written back).
+        assert (settled.kind, settled.outcome, settled.target_worker.split(":")[0]) == ("tool_call", "used", home)
+
+
+async def _reports_seen(gw: Gateway, worker: str) -> bool:
+    return any(w.id.startswith(worker) and w.queued == 40 for w in gw.state.router.candidates())
+
+
+async def _prefetched_on(gw: Gateway, worker: str) -> bool:
+    return bool(gw.workers[worker].prefetches)
+
+
+@pytest.mark.anyio
+async def test_a_tool_result_before_the_predicted_return_fires_the_prefetch_at_once(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        clock = _fake_clock(gw)
+        for _ in range(3):
+            gw.state.advisor.tool_durations.record("default", "run_tests", 60.0)
+        first, _ = await _tool_turn(gw, "early-1")
+        advisory = await _tool_call_advisory(gw, "early-1")
+        assert advisory.detail["tool_kv"]["action"] == "offload"
+        clock.now += 2.0  # the tool was predicted to take a minute; it returns after two seconds
+        call = first["choices"][0]["message"]["tool_calls"][0]
+        result = await gw.client.post(
+            "/v1/sessions/early-1/tool_results", json={"tool_call_id": call["id"], "content": "3 passed"}
+        )
+        assert result.status_code == 202, result.text
+        answer = result.json()["advisory"]
+        assert (answer["state"], answer["kind"], answer["id"]) == ("fired", "tool_call", advisory.id)
+        await eventually(lambda: _any_done(gw))
+        assert gw.state.advisor.stats.report()["tool_kv"] == {"offload": 1, "early": 1}  # admin advisories/stats
+        second = await _next_turn(gw, "early-1", first)
+        (settled,) = await _settled(gw, "early-1")
+        assert settled.outcome == "used"
+        assert settled.turn_id == second["sessiongate"]["turn_id"]
+        # The store's duration of the call was learned for the tenant and the tool.
+        assert gw.state.advisor.tool_durations.predict("default", ["run_tests"], 0.0) is not None
+
+
+async def _any_done(gw: Gateway) -> bool:
+    return any(p["state"] == "done" for w in gw.workers.values() for p in w.prefetches.values())
+
+
+@pytest.mark.anyio
+async def test_a_short_tool_keeps_the_kv_on_its_device_with_a_retain_that_decays(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        _fake_clock(gw)
+        for seconds in (0.4, 0.5, 0.6):
+            gw.state.advisor.tool_durations.record("default", "run_tests", seconds)
+        first, home = await _tool_turn(gw, "short-1")
+        advisory = await _tool_call_advisory(gw, "short-1")
+        decision = advisory.detail["tool_kv"]
+        assert (decision["action"], decision["predicted_s"]) == ("keep", 0.55)
+
+        async def retained() -> bool:
+            return bool(gw.workers[home].kv_requests)
+
+        await eventually(retained)
+        (request,) = gw.workers[home].kv_requests
+        assert gw.workers[home].kv_ops == [("retain", "short-1")]
+        assert request.ttl_ms == round((0.55 * 1.5 + 1.0) * 1000)  # a soft priority for the predicted time only
+        assert request.priority == 1  # the session's priority (0 by default) raised by one while it holds
+        assert _prefetches(gw) == {"worker-a": 0, "worker-b": 0}
+        second = await _next_turn(gw, "short-1", first)
+        assert second["worker"] == home
+        (settled,) = await _settled(gw, "short-1")
+        assert settled.outcome == "used"
+
+
+@pytest.mark.anyio
+async def test_a_keep_whose_worker_holds_none_of_the_kv_falls_back_to_a_prefetch_there(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        _fake_clock(gw)
+        for worker in gw.workers.values():
+            worker.prefix_cache = False  # the workers remember nothing: a retain finds no page of the session
+        _, home = await _tool_turn(gw, "gone-1")
+        advisory = await _tool_call_advisory(gw, "gone-1")
+        assert advisory.detail["tool_kv"]["action"] == "keep"
+        await eventually(lambda: _prefetched_on(gw, home))
+        assert gw.workers[home].kv_ops == [("retain", "gone-1")]
+
+
+@pytest.mark.anyio
+async def test_a_hint_left_live_during_the_turn_gives_way_to_the_tool_calls_decision(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        _fake_clock(gw)
+        for worker in gw.workers.values():
+            worker.token_delay_s = 0.05  # a slow answer: the client's typing hint lands while it runs
+        await gw.client.post("/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": "stale-1"})
+        turn = asyncio.create_task(_tool_turn(gw, "stale-1"))
+        await asyncio.sleep(0.02)
+        typing = await gw.client.post("/v1/sessions/stale-1/typing", json={"state": "started"})
+        assert typing.json()["state"] == "fired"
+        await turn
+        advisory = await _tool_call_advisory(gw, "stale-1")
+        assert advisory.detail["tool_kv"]["action"] == "keep"
+        (stale,) = [a for a in await _advisories(gw, "stale-1") if a.kind == "typing"]
+
+        async def cancelled() -> bool:
+            (now,) = [a for a in await _advisories(gw, "stale-1") if a.id == stale.id]
+            return bool(now.outcome == "cancelled")
+
+        await eventually(cancelled)
