@@ -15,7 +15,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
-TOP_LEVEL = sorted(p.name for p in REPO.iterdir() if p.is_dir() and p.name not in {".git", ".venv", ".sessiongate"})
+# The repository's own top-level folders (tracked ones): a run's output folder such as `test-artifacts/` is not one,
+# so a doc may name what a test writes there.
+TOP_LEVEL = sorted(
+    {
+        name.split("/", 1)[0]
+        for name in subprocess.run(
+            ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.split("\n")
+        if "/" in name
+    }
+)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 # A repository path: a top-level folder, then path characters; not part of a longer word or path (`../x`, `a/x`).
 REPO_PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(map(re.escape, TOP_LEVEL)) + r")/[\w./-]*)")
