@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from sdk import AuthenticationError, PermissionDeniedError, Session, SessionGate
+from sessiongate.sdk import AuthenticationError, PermissionDeniedError, Session, SessionGate
 
 SYSTEM = (
     "You are the assistant of a travel agency. You answer short questions about destinations, seasons and "

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sdk import ChatCompletion, Session, SessionGate, Turn
+from sessiongate.sdk import ChatCompletion, Session, SessionGate, Turn
 
 NOTES = Path(__file__).resolve().parent / "notes"
 SYSTEM = (

@@ -30,7 +30,7 @@ import httpx
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
-from sdk import SessionGate
+from sessiongate.sdk import SessionGate
 
 SYSTEM = (
     "You are the assistant of a small shop. You help the owner with prices, stock and simple sums, and you use the "

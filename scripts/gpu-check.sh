@@ -49,7 +49,7 @@ for dist in ("sglang", "sgl-kernel", "sglang-kernel", "flashinfer-python", "sess
 eps = [ep for ep in md.entry_points(group="sglang.srt.plugins") if ep.name == "sessiongate"]
 print("plug-in entry point:", eps[0].value if eps else "MISSING")
 assert eps, "the sessiongate entry point is not installed (pip install -e .[worker])"
-from sglang_ext.hardware import gpu_count_present, gpu_ids
+from sessiongate.sglang_ext.hardware import gpu_count_present, gpu_ids
 print("GPUs (launcher's view):", gpu_count_present(), gpu_ids())
 assert torch.cuda.is_available(), "CUDA is not available to torch"
 assert gpu_ids(), "the launcher finds no GPU"
@@ -61,9 +61,9 @@ part_plugin() {
     "$py" - "$out" <<'PY'
 import json, os, sys, urllib.request
 from pathlib import Path
-from sglang_ext.launcher import WorkerConfig, start_worker
-from sglang_ext.ports import PortClaims
-from sglang_ext.worker_process import wait_all_ready
+from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
+from sessiongate.sglang_ext.ports import PortClaims
+from sessiongate.sglang_ext.worker_process import wait_all_ready
 
 out = Path(sys.argv[1])
 claims = PortClaims()
@@ -128,10 +128,10 @@ part_overhead() {
     "$py" - "$out" <<'PY'
 import subprocess, sys
 from pathlib import Path
-from sglang_ext.launcher import WorkerConfig, start_worker
-from sglang_ext.ports import PortClaims
-from sglang_ext.tiny_model import make_model
-from sglang_ext.worker_process import wait_all_ready
+from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
+from sessiongate.sglang_ext.ports import PortClaims
+from sessiongate.sglang_ext.tiny_model import make_model
+from sessiongate.sglang_ext.worker_process import wait_all_ready
 
 out = Path(sys.argv[1])
 model = make_model(out / "models" / "medium", "medium")

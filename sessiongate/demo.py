@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from sdk import ChatCompletion, Function, Session, SessionGate, ToolCall, Turn
+from sessiongate.sdk import ChatCompletion, Function, Session, SessionGate, ToolCall, Turn
 
 __all__ = ["CALCULATOR_TOOL", "WEATHER_TOOL", "calculate", "run_demo", "settled_turns", "turn_table"]
 

@@ -108,7 +108,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def _gateway_defaults(args: argparse.Namespace) -> dict[str, str]:
     """The router's cost model prices moving a session's KV by its bytes: those of the named model served."""
-    from sglang_ext.models import kv_bytes_per_token
+    from sessiongate.sglang_ext.models import kv_bytes_per_token
 
     if args.model_path:
         return {}  # unknown: the gateway's default, or the user's SESSIONGATE_KV_BYTES_PER_TOKEN
@@ -116,7 +116,7 @@ def _gateway_defaults(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _describe(model_size: str) -> str:
-    from sglang_ext.models import MODELS
+    from sessiongate.sglang_ext.models import MODELS
 
     if MODELS[model_size].real:
         return f"the {model_size} model (SmolLM2-135M-Instruct; the first start converts it, about 20 s)"
@@ -124,10 +124,10 @@ def _describe(model_size: str) -> str:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from sglang_ext.hardware import cores_per_worker, gpu_ids, gpus_for_workers
-    from sglang_ext.launcher import WorkerConfig, start_worker
-    from sglang_ext.mooncake import MasterConfig, start_master
-    from sglang_ext.worker_process import WorkerStartError, wait_all_ready
+    from sessiongate.sglang_ext.hardware import cores_per_worker, gpu_ids, gpus_for_workers
+    from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
+    from sessiongate.sglang_ext.mooncake import MasterConfig, start_master
+    from sessiongate.sglang_ext.worker_process import WorkerStartError, wait_all_ready
 
     state_dir = Path(args.state_dir).resolve()
     logs = state_dir / "logs"

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.ports import pick_port
-from sglang_ext.tiny_model import is_complete
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.ports import pick_port
+from sessiongate.sglang_ext.tiny_model import is_complete
 
 # Where the tests keep SmolLM2 once converted (~20 s, 538 MB), so that later runs reuse it: the repository's
 # own state directory, the one `sessiongate up` uses, unless SESSIONGATE_TEST_MODEL_DIR names another.
@@ -38,6 +38,26 @@ def anyio_backend() -> str:
 def _free_port() -> int:
     """A port free on 127.0.0.1 now, outside the kernel's ephemeral range (`sglang_ext.ports.pick_port`)."""
     return pick_port()
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built from a clean copy of the checkout (a stale build/ there could hide a missing
+    file, and building in place would leave one)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", ".sessiongate", "build", "dist", "*.egg-info", "__pycache__", "results", ".*_cache"
+    )
+    shutil.copytree(Path(__file__).resolve().parents[1], source, ignore=ignore)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", root, source],
+        check=True,
+        timeout=180,
+    )
+    return next(root.glob("sessiongate-*.whl"))
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +117,7 @@ def smollm2_model_dir() -> Path:
     directory = Path(os.environ.get(SMOLLM2_DIR_ENV) or _REPO_STATE_DIR / "models" / "smollm2")
     if not is_complete(directory):
         made = subprocess.run(
-            [sys.executable, "-m", "sglang_ext.models", str(directory), "--model", "smollm2"],
+            [sys.executable, "-m", "sessiongate.sglang_ext.models", str(directory), "--model", "smollm2"],
             capture_output=True,
             text=True,
             check=False,

@@ -106,8 +106,8 @@ def test_up_serves_smollm2_unless_told_otherwise() -> None:
 
 
 def test_up_tells_the_router_the_kv_size_of_the_model_it_serves() -> None:
-    from gateway.settings import GatewaySettings
     from sessiongate.cli import build_parser
+    from sessiongate.gateway.settings import GatewaySettings
     from sessiongate.up import _gateway_defaults
 
     defaults = _gateway_defaults(build_parser().parse_args(["up"]))

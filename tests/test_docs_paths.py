@@ -1,7 +1,8 @@
 """Every file the README and docs/ point at is in the repository (tracked, or new and not ignored; so a file that
 exists only in one checkout, like a git-ignored run's output, does not count): markdown links and images (relative
 to the page), repository paths written as code (`benchmarks/results/...`, `scripts/up.sh`, in inline code or in
-command blocks), and the modules of `python -m benchmarks...` commands. Output paths of a command are included on
+command blocks), and the modules of `python -m sessiongate.benchmarks...` commands. Output paths of a command are
+included on
 purpose: a doc that says "full report: X" must ship X."""
 
 from __future__ import annotations
@@ -86,4 +87,4 @@ def test_the_patterns_see_what_the_docs_cite() -> None:
     cited = {text for text, _ in _cited(REPO / "docs" / "benchmarks.md")}
     assert "../benchmarks/results/replay-sharegpt-cpu/latency_vs_load.png" in cited
     assert "benchmarks/results/replay-sharegpt-cpu/" in cited
-    assert "python -m benchmarks.router_overhead" in {text for text, _ in _cited(REPO / "README.md")}
+    assert "python -m sessiongate.benchmarks.router_overhead" in {text for text, _ in _cited(REPO / "README.md")}

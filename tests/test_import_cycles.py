@@ -1,7 +1,7 @@
 """No import cycles among the modules of one package: a module's imports (at module level, under
 TYPE_CHECKING, or inside a function) never lead back to it. A cycle hidden in a function-level import still
-means two modules that cannot be understood, or split, one without the other (gateway/chat.py and
-gateway/relay.py were such a pair until the turn's ending moved to gateway/turn.py)."""
+means two modules that cannot be understood, or split, one without the other (sessiongate/gateway/chat.py and
+sessiongate/gateway/relay.py were such a pair until the turn's ending moved to sessiongate/gateway/turn.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# sdk/ is not checked yet: sdk._client and sdk._resources import each other (the SDK's owner's to untangle).
-PACKAGES = ("gateway", "benchmarks", "sessions")
+# sessiongate/sdk/ is not checked yet: sdk._client and sdk._resources import each other (the SDK's
+# owner's to untangle).
+PACKAGES = ("sessiongate/gateway", "sessiongate/benchmarks", "sessiongate/sessions")
 
 
 def _module_name(path: Path) -> str:

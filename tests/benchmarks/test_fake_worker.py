@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from sglang_ext.protocol import SESSIONS_PATH
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.sglang_ext.protocol import SESSIONS_PATH
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.metrics import (
+from sessiongate.benchmarks.metrics import (
     RunSummary,
     Stats,
     TurnRecord,

@@ -11,12 +11,12 @@ import httpx
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from benchmarks.replay.driver import ReplayOptions, replay
-from benchmarks.replay.text import SyntheticText
-from benchmarks.workloads import HintModel, SessionTrace, Turn
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.replay.driver import ReplayOptions, replay
+from sessiongate.benchmarks.replay.text import SyntheticText
+from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.anyio
 
@@ -137,10 +137,10 @@ async def test_no_turn_or_hint_is_sent_after_the_window(tmp_path: Path, open_gat
 
 
 def test_the_replay_configures_the_gateways_cost_model_as_the_simulators() -> None:
-    from benchmarks.replay.systems import cost_model_env
-    from benchmarks.sim.calibration import PROFILES_DIR, cpu_profile
-    from gateway.routing import KVAware
-    from gateway.wiring import build_policy
+    from sessiongate.benchmarks.replay.systems import cost_model_env
+    from sessiongate.benchmarks.sim.calibration import PROFILES_DIR, cpu_profile
+    from sessiongate.gateway.routing import KVAware
+    from sessiongate.gateway.wiring import build_policy
 
     cost = cpu_profile(PROFILES_DIR / "cpu_tiny.json").cost_model()
     settings = GatewaySettings.from_env({**cost_model_env(cost), "SESSIONGATE_ROUTING_POLICY": "kv_aware"})
@@ -152,9 +152,9 @@ def test_the_replay_configures_the_gateways_cost_model_as_the_simulators() -> No
 def test_only_the_turns_sent_in_the_window_count(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from benchmarks.metrics import TurnRecord
-    from benchmarks.replay.driver import ReplayResult
-    from benchmarks.replay.runner import in_window
+    from sessiongate.benchmarks.metrics import TurnRecord
+    from sessiongate.benchmarks.replay.driver import ReplayResult
+    from sessiongate.benchmarks.replay.runner import in_window
 
     def sent_at(t: float) -> TurnRecord:
         return TurnRecord("s", "a", 0, t, t + 0.1, t + 0.2, 10, 2, 0, 0, 0, "w", None)

@@ -8,12 +8,12 @@ import anyio
 import httpx
 import pytest
 
-from benchmarks.metrics import TurnRecord
-from benchmarks.replay.driver import ReplayOptions, replay
-from benchmarks.replay.systems import SYSTEMS, ClusterConfig, running_stack
-from benchmarks.replay.text import SyntheticText
-from benchmarks.workloads import HintModel, SessionTrace, Turn
-from sglang_ext.protocol import LOAD_PATH, LoadReport
+from sessiongate.benchmarks.metrics import TurnRecord
+from sessiongate.benchmarks.replay.driver import ReplayOptions, replay
+from sessiongate.benchmarks.replay.systems import SYSTEMS, ClusterConfig, running_stack
+from sessiongate.benchmarks.replay.text import SyntheticText
+from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
+from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport
 
 pytestmark = pytest.mark.engine
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.metrics import TurnRecord, summarize
-from benchmarks.report import write_report
+from sessiongate.benchmarks.metrics import TurnRecord, summarize
+from sessiongate.benchmarks.report import write_report
 
 
 def _records(system: str, ttft: float, cached: int) -> list[TurnRecord]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from benchmarks.processes import sglang_router_installed, smg_installed
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.processes import sglang_router_installed, smg_installed
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +36,7 @@ def _table(lines: list[str]) -> list[list[str]]:
 )
 def test_tiny_run_answers_everything_and_reports_every_proxy(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    command = [sys.executable, "-m", "benchmarks.router_overhead", "--workers", "2", "--concurrency", "2"]
+    command = [sys.executable, "-m", "sessiongate.benchmarks.router_overhead", "--workers", "2", "--concurrency", "2"]
     command += ["--rounds", str(ROUNDS), "--phase-requests", str(PHASE_REQUESTS), "--warmup-requests", "2"]
     command += ["--turns-per-session", "3", "--json", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import gateway.advisor.core
-import gateway.routing
-from benchmarks.metrics import TurnRecord, read_records, write_records
-from benchmarks.sim import SYSTEMS, Calibration, cpu_profile, main, simulate
-from benchmarks.sim.calibrate_cpu import fit_decode, fit_move, fit_prefill
-from benchmarks.sim.experiments import closed_loop_sessions, sessions_from_records, validate, workload
-from benchmarks.workloads import HintModel, SessionTrace, Turn
+from sessiongate import gateway
+from sessiongate.benchmarks.metrics import TurnRecord, read_records, write_records
+from sessiongate.benchmarks.sim import SYSTEMS, Calibration, cpu_profile, main, simulate
+from sessiongate.benchmarks.sim.calibrate_cpu import fit_decode, fit_move, fit_prefill
+from sessiongate.benchmarks.sim.experiments import closed_loop_sessions, sessions_from_records, validate, workload
+from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
 
 # forward(n) = 10 ms + 1 ms per token of the step; nothing else costs time except the copies.
 SIMPLE = Calibration(
@@ -247,7 +246,7 @@ def test_calibration_fits_recover_known_coefficients() -> None:
 
 
 def test_h100_calibration_matches_its_sources() -> None:
-    from benchmarks.sim import h100_llama8b
+    from sessiongate.benchmarks.sim import h100_llama8b
 
     cal = h100_llama8b()
     # vidur: the whole 7B model, 1 token 5.6 ms; x1.08 for Llama-3-8B.
@@ -345,7 +344,7 @@ def test_the_kept_replay_records_reproduce_the_documented_validation(capsys: pyt
     repository keeps for it (benchmarks/results/replay-sharegpt-cpu/records/)."""
     repo = Path(__file__).resolve().parents[2]
     records = repo / "benchmarks" / "results" / "replay-sharegpt-cpu" / "records" / "kv_aware-4.jsonl.gz"
-    profile = repo / "benchmarks" / "sim" / "profiles" / "cpu_tiny.json"
+    profile = repo / "sessiongate" / "benchmarks" / "sim" / "profiles" / "cpu_tiny.json"
     argv = ["--calibration", "cpu", "--workers", "2", "--cpu-profile", str(profile), "--validate", str(records)]
     assert main(argv) == 0
     assert "| kv_aware | 2 | 142 | 32 / 29 / 93 | 21 / 17 / 47 | -35% / -41% / -49% |" in capsys.readouterr().out

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from benchmarks.sim import SYSTEMS, h100_llama8b, simulate
-from benchmarks.sim.agent_long import closed_loop_users, long_agent_sessions
-from benchmarks.sim.engine import PrefetchResult, SimWorker, _Tier
-from benchmarks.sim.toolkv_experiment import toolkv_experiment
-from benchmarks.workloads import SessionTrace, Turn, agent_sessions
+from sessiongate.benchmarks.sim import SYSTEMS, h100_llama8b, simulate
+from sessiongate.benchmarks.sim.agent_long import closed_loop_users, long_agent_sessions
+from sessiongate.benchmarks.sim.engine import PrefetchResult, SimWorker, _Tier
+from sessiongate.benchmarks.sim.toolkv_experiment import toolkv_experiment
+from sessiongate.benchmarks.workloads import SessionTrace, Turn, agent_sessions
 
 from .test_sim import SIMPLE
 

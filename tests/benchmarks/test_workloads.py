@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.metrics import percentile
-from benchmarks.workloads import (
+from sessiongate.benchmarks.metrics import percentile
+from sessiongate.benchmarks.workloads import (
     HintModel,
     SessionTrace,
     TracesMissingError,

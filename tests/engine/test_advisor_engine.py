@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 

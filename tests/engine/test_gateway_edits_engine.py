@@ -24,12 +24,12 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from sdk._sse import parse_events
 from sessiongate.demo import WEATHER_TOOL
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.protocol import KEEP_HEADER, NO_KEEP_RID_PREFIX
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.sdk._sse import parse_events
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.protocol import KEEP_HEADER, NO_KEEP_RID_PREFIX
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 

@@ -15,11 +15,11 @@ import httpx
 import orjson
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from sdk._sse import parse_events
 from sessiongate.demo import WEATHER_TOOL
-from sglang_ext.launcher import WorkerProcess
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.sdk._sse import parse_events
+from sessiongate.sglang_ext.launcher import WorkerProcess
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 

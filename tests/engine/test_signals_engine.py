@@ -30,13 +30,13 @@ import httpx
 import orjson
 import pytest
 
-from gateway.advisor import sign
-from gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
 from sessiongate.demo import WEATHER_TOOL
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.gateway.advisor import sign
+from sessiongate.gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 # Starting two workers alone took over 10 minutes on the shared 2-core machine under load: the default 600 s
 # limit (which covers the module fixture's setup too) is too short there.

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.protocol import INFO_PATH, LOAD_PATH, PREFETCH_PATH, SESSIONS_PATH
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.protocol import INFO_PATH, LOAD_PATH, PREFETCH_PATH, SESSIONS_PATH
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.up import GatewayProcess
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 pytestmark = pytest.mark.engine
 

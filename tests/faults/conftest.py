@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.processes import FakeWorkerProcess, GatewayServer, ManagedProcess
+from sessiongate.benchmarks.processes import FakeWorkerProcess, GatewayServer, ManagedProcess
 
 LONG_QUESTION = " ".join(f"word{i}" for i in range(60))
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-import sessions
-from gateway.app import DuplicateInstance, create_app
-from gateway.settings import GatewaySettings
+from sessiongate import sessions
+from sessiongate.gateway.app import DuplicateInstance, create_app
+from sessiongate.gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.load_test import LoadConfig, run_load
+from sessiongate.benchmarks.load_test import LoadConfig, run_load
 
 
 def test_short_load_loses_nothing(tmp_path: Path) -> None:

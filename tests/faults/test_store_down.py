@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.processes import free_port
+from sessiongate.benchmarks.processes import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from sdk._sse import iter_events
+from sessiongate.sdk._sse import iter_events
 
 from .conftest import LONG_QUESTION
 

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.processes import GatewayServer
-from sdk._sse import iter_events
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.benchmarks.processes import GatewayServer
+from sessiongate.sdk._sse import iter_events
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 pytestmark = pytest.mark.engine
 

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
 from tests.conftest import WithLifespanState
 
 WORKER_URLS = ("http://worker-a:30000", "http://worker-b:30000")

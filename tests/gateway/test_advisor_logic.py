@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.advisor import (
+from sessiongate.gateway.advisor import (
     AdvisorBook,
     AdvisoryStats,
     HintQuality,
@@ -13,9 +13,9 @@ from gateway.advisor import (
     WebhookVerifier,
     sign,
 )
-from gateway.advisor import settle as settle_claim
-from gateway.advisor.core import prefetch_residency
-from gateway.shared import LocalShared
+from sessiongate.gateway.advisor import settle as settle_claim
+from sessiongate.gateway.advisor.core import prefetch_residency
+from sessiongate.gateway.shared import LocalShared
 
 
 def _advisory(now: float = 0.0, *, fire_in: float = 0.0, ttl: float = 10.0, worker: str = "a") -> LiveAdvisory:

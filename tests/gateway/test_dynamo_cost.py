@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing import (
+from sessiongate.gateway.routing import (
     POLICY_NAMES,
     DynamoCost,
     DynamoWeights,
@@ -13,7 +13,7 @@ from gateway.routing import (
     WorkerView,
     make_policy,
 )
-from gateway.settings import GatewaySettings, SettingsError
+from sessiongate.gateway.settings import GatewaySettings, SettingsError
 
 
 def _worker(worker_id: str, *, prefill: int = 0, kv: int = 0, running: int = 0, queued: int = 0) -> WorkerView:
@@ -102,7 +102,7 @@ def test_registered_by_name_for_the_gateway_setting() -> None:
 
 
 def test_kv_aware_waits_by_the_prompt_tokens_ahead_when_a_view_counts_them() -> None:
-    from gateway.routing import CostModel
+    from sessiongate.gateway.routing import CostModel
 
     cost = CostModel(typical_prefill_tokens=512, default_prefill_tokens_per_s=10_000.0)
     # One queued request either way; a's is a 60k-token tool output, b's a short one. Counted as "typical"

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from sdk._sse import parse_events
+from sessiongate.sdk._sse import parse_events
 
 from .conftest import Gateway
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_ext.protocol import KEEP_HEADER, NO_KEEP_RID_PREFIX
+from sessiongate.sglang_ext.protocol import KEEP_HEADER, NO_KEEP_RID_PREFIX
 
 from .conftest import Gateway
 

@@ -1,5 +1,6 @@
 """Real answers of the gateway validate against the response schemas the OpenAPI document publishes
-(gateway/openapi.py, hand-written): for every documented operation, its status code is one the document lists for
+(sessiongate/gateway/openapi.py, hand-written): for every documented operation, its status code is one the document
+lists for
 it, its content type is documented, and a JSON body validates against the documented schema (jsonschema, draft
 2020-12, `$ref`s into the document's components). Successes and the errors a client meets (400, 401, 403, 404,
 409), each operation at least once with a 2xx answer."""
@@ -16,10 +17,10 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator
 
-from gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from gateway.openapi import openapi_document
-from gateway.workers import worker_id_for
-from sdk._sse import parse_events
+from sessiongate.gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from sessiongate.gateway.openapi import openapi_document
+from sessiongate.gateway.workers import worker_id_for
+from sessiongate.sdk._sse import parse_events
 
 from .conftest import WORKER_URLS, Gateway, running_gateway
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.settings import GatewaySettings, SettingsError
+from sessiongate.gateway.settings import GatewaySettings, SettingsError
 
 from .conftest import Gateway
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sglang_ext.protocol import KEEP_HEADER
+from sessiongate.sglang_ext.protocol import KEEP_HEADER
 
 from .conftest import Gateway
 

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import uvicorn
 
-from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gateway.routing import (
+from sessiongate.gateway.routing import (
     CacheAware,
     CostModel,
     KVAware,

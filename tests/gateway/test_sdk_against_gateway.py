@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from sdk import AsyncSessionGate, ConflictError, NotFoundError
+from sessiongate.sdk import AsyncSessionGate, ConflictError, NotFoundError
 
 from .conftest import Gateway
 

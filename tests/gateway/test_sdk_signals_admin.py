@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 import uvicorn
 
-from gateway.openapi import openapi_document
-from sdk import (
+from sessiongate.gateway.openapi import openapi_document
+from sessiongate.sdk import (
     AsyncSession,
     AsyncSessionGate,
     AuthenticationError,

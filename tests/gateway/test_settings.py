@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.settings import GatewaySettings, SettingsError
+from sessiongate.gateway.settings import GatewaySettings, SettingsError
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.advisor.toolkv import ToolDurations, ToolKVPolicy, quantile
+from sessiongate.gateway.advisor.toolkv import ToolDurations, ToolKVPolicy, quantile
 
 from .conftest import Gateway
 from .test_signals import FAST, USER, _advisories, _settled, eventually

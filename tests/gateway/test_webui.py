@@ -18,7 +18,7 @@ from .conftest import Gateway, running_gateway
 
 pytestmark = pytest.mark.anyio
 
-STATIC = Path(__file__).resolve().parents[2] / "gateway" / "static"
+STATIC = Path(__file__).resolve().parents[2] / "sessiongate" / "gateway" / "static"
 
 
 async def test_the_page_is_html_and_names_only_files_the_gateway_serves(gateway: Gateway) -> None:
@@ -56,8 +56,8 @@ async def test_the_page_needs_no_key_where_the_api_does(tmp_path: Path) -> None:
 
 
 def test_every_file_of_the_page_is_package_data() -> None:
-    pyproject = tomllib.loads((STATIC.parents[1] / "pyproject.toml").read_text())
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["gateway"]
+    pyproject = tomllib.loads((STATIC.parents[2] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["sessiongate.gateway"]
     shipped = sorted(STATIC.iterdir())
     assert {p.name for p in shipped} >= {"chat.html", "chat.js", "chat.css"}
     for file in shipped:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.settings import GatewaySettings
-from gateway.upstream import make_http_client
+from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.gateway.upstream import make_http_client
 
 pytestmark = pytest.mark.anyio
 

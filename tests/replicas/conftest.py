@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from gateway.state import GatewayState
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.gateway.state import GatewayState
 from tests.conftest import WithLifespanState
 from tests.gateway.conftest import WORKER_URLS, HostDispatch
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.advisor import sign
+from sessiongate.gateway.advisor import sign
 
 from .conftest import WEBHOOK_SECRET, Replica
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.processes import FakeWorkerProcess, GatewayServer, local_gateway_env
+from sessiongate.benchmarks.processes import FakeWorkerProcess, GatewayServer, local_gateway_env
 
 from .conftest import RedisSpace
 

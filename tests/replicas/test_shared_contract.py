@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.shared import LocalShared, SharedAdvisory, SharedState
+from sessiongate.gateway.shared import LocalShared, SharedAdvisory, SharedState
 
 pytestmark = pytest.mark.anyio
 
@@ -19,7 +19,7 @@ async def shared(request: pytest.FixtureRequest) -> AsyncIterator[SharedState]:
     if request.param == "local":
         yield LocalShared()
         return
-    from gateway.shared.redis_shared import RedisShared
+    from sessiongate.gateway.shared.redis_shared import RedisShared
 
     space = request.getfixturevalue("redis_space")
     backend = RedisShared(space.url, prefix=space.prefix)
@@ -106,7 +106,7 @@ async def test_samples_keep_the_latest_in_order_and_counters_add_up(shared: Shar
 
 
 async def test_kv_belief_round_trips_and_drops(shared: SharedState) -> None:
-    from gateway.shared import SharedKV
+    from sessiongate.gateway.shared import SharedKV
 
     kv = SharedKV(
         workers={"worker-a:30000": (120, "device", 1000.5), "worker-b:30000": (80, "host", 990.0)},

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sdk import AsyncSessionGate, SessionGate
+from sessiongate.sdk import AsyncSessionGate, SessionGate
 
 BASE_URL = "http://gateway.test"
 REPLY = "Hello there, agent!"

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-import sdk
-from sdk import AsyncSession, AsyncSessionGate
+from sessiongate import sdk
+from sessiongate.sdk import AsyncSession, AsyncSessionGate
 
 if TYPE_CHECKING:
     from .conftest import FakeGateway

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-import sdk
-from sdk import SessionGate
+from sessiongate import sdk
+from sessiongate.sdk import SessionGate
 
 if TYPE_CHECKING:
     from .conftest import FakeGateway

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-import sdk
-from sdk import SessionGate
-from sdk._retries import backoff_delay, parse_retry_after, retry_delay
+from sessiongate import sdk
+from sessiongate.sdk import SessionGate
+from sessiongate.sdk._retries import backoff_delay, parse_retry_after, retry_delay
 
 if TYPE_CHECKING:
     from .conftest import FakeGateway

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-import sdk
-from sdk import AsyncSessionGate, SessionGate
-from sdk._streaming import ServerSentEvent, SSEDecoder
+from sessiongate import sdk
+from sessiongate.sdk import AsyncSessionGate, SessionGate
+from sessiongate.sdk._streaming import ServerSentEvent, SSEDecoder
 
 if TYPE_CHECKING:
     from .conftest import FakeGateway

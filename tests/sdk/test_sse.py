@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sdk._sse import ServerSentEvent, aiter_events, iter_events, parse_events
+from sessiongate.sdk._sse import ServerSentEvent, aiter_events, iter_events, parse_events
 
 pytestmark = pytest.mark.anyio
 

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.gateway.app import create_app
+from sessiongate.gateway.settings import GatewaySettings
 from tests.conftest import WithLifespanState
 
 ADMIN_KEY = "admin-secret-for-tests"

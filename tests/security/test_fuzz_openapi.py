@@ -31,10 +31,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from benchmarks.processes import FakeWorkerProcess, GatewayServer
-from gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from gateway.openapi import openapi_document
-from gateway.workers import worker_id_for
+from sessiongate.benchmarks.processes import FakeWorkerProcess, GatewayServer
+from sessiongate.gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from sessiongate.gateway.openapi import openapi_document
+from sessiongate.gateway.workers import worker_id_for
 
 ADMIN_KEY = "fuzz-admin-key"
 WEBHOOK_SECRET = "fuzz-webhook-secret"

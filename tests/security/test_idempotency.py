@@ -10,8 +10,8 @@ import anyio
 import pytest
 from sqlalchemy import select
 
-from sdk._sse import parse_events
-from sessions.models import IdempotencyKey
+from sessiongate.sdk._sse import parse_events
+from sessiongate.sessions.models import IdempotencyKey
 
 from .conftest import SecureGateway, bearer
 

@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.errors import RateLimited
-from gateway.limits import EffectiveLimits, TenantLimits
-from sessions import TenantRecord
+from sessiongate.gateway.errors import RateLimited
+from sessiongate.gateway.limits import EffectiveLimits, TenantLimits
+from sessiongate.sessions import TenantRecord
 
 from .conftest import admin, bearer
 

@@ -10,8 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from benchmarks.processes import FakeWorkerProcess, GatewayServer
-from gateway.redaction import Redactor
+from sessiongate.benchmarks.processes import FakeWorkerProcess, GatewayServer
+from sessiongate.gateway.redaction import Redactor
 
 ADMIN_KEY = "admin-key-that-must-not-leak"
 SALT_SECRET = "salt-secret-that-must-not-leak"

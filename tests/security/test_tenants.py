@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from sessiongate.cli import main as cli
-from sessions import SqlSessionStore, create_engine
+from sessiongate.sessions import SqlSessionStore, create_engine
 
 from .conftest import SecureGateway, admin, bearer
 

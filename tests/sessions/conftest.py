@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from sessions import SqlSessionStore, create_engine, upgrade_sync
+from sessiongate.sessions import SqlSessionStore, create_engine, upgrade_sync
 
 DEFAULT_POSTGRES_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 # The store's clock in tests: 1 ms later at every reading, from midnight before the tests' request times.

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sessions import SessionNotFound, SqlSessionStore
+from sessiongate.sessions import SessionNotFound, SqlSessionStore
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sessions import AdvisoryRecord, MissedTurn, SqlSessionStore
+from sessiongate.sessions import AdvisoryRecord, MissedTurn, SqlSessionStore
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sessions import ApiKeyNotFound, SqlSessionStore
+from sessiongate.sessions import ApiKeyNotFound, SqlSessionStore
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from sessions import InvalidTransition, SessionExists, SessionNotFound, SqlSessionStore, TurnRecord
-from sessions.history import split_delta
+from sessiongate.sessions import InvalidTransition, SessionExists, SessionNotFound, SqlSessionStore, TurnRecord
+from sessiongate.sessions.history import split_delta
 
 pytestmark = pytest.mark.anyio
 

@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.exc import OperationalError
 
-from sessions import SqlSessionStore, StoreUnavailable, create_engine, upgrade_sync
-from sessions.database import sqlite_file_engine
-from sessions.group_commit import GroupCommitter
+from sessiongate.sessions import SqlSessionStore, StoreUnavailable, create_engine, upgrade_sync
+from sessiongate.sessions.database import sqlite_file_engine
+from sessiongate.sessions.group_commit import GroupCommitter
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sessions.history import (
+from sessiongate.sessions.history import (
     EMPTY_DIGEST,
     content_text,
     context_digest,

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from sessions import InstanceLease, SqlSessionStore
+from sessiongate.sessions import InstanceLease, SqlSessionStore
 
 from .conftest import CLOCK_START
 

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sessions import SqlSessionStore
-from sessions.database import json_dumps, json_loads
+from sessiongate.sessions import SqlSessionStore
+from sessiongate.sessions.database import json_dumps, json_loads
 
 pytestmark = pytest.mark.anyio
 

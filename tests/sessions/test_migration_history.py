@@ -23,9 +23,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL, make_url
 
-from sessions import SqlSessionStore, create_engine, history, upgrade
-from sessions.database import MIGRATIONS_DIR, alembic_config
-from sessions.models import Base
+from sessiongate.sessions import SqlSessionStore, create_engine, history, upgrade
+from sessiongate.sessions.database import MIGRATIONS_DIR, alembic_config
+from sessiongate.sessions.models import Base
 
 from .conftest import BACKENDS, PostgresServer
 

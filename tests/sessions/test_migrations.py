@@ -13,9 +13,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
-from sessions import create_engine, upgrade
-from sessions.database import alembic_config
-from sessions.models import Base
+from sessiongate.sessions import create_engine, upgrade
+from sessiongate.sessions.database import alembic_config
+from sessiongate.sessions.models import Base
 
 pytestmark = pytest.mark.anyio
 

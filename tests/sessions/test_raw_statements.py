@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection
 
-from sessions import _raw as raw
-from sessions import _statements as sql
-from sessions import create_engine, upgrade_sync
-from sessions.database import sqlite_file_engine
+from sessiongate.sessions import _raw as raw
+from sessiongate.sessions import _statements as sql
+from sessiongate.sessions import create_engine, upgrade_sync
+from sessiongate.sessions.database import sqlite_file_engine
 
 
 def _turn_values(received_at: datetime) -> dict[str, object]:

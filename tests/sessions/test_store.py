@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from sessions import (
+from sessiongate.sessions import (
     AdvisoryNotFound,
     InvalidTransition,
     SessionExists,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from sessions import MissedTurn, SqlSessionStore, TurnAdvisory
+from sessiongate.sessions import MissedTurn, SqlSessionStore, TurnAdvisory
 
 from .test_store import answer, at, chat, user
 

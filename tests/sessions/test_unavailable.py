@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions import SqlSessionStore, StoreUnavailable, create_engine, upgrade
+from sessiongate.sessions import SqlSessionStore, StoreUnavailable, create_engine, upgrade
 
 pytestmark = pytest.mark.anyio
 

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_ext.cpu_compat import activate
-from sglang_ext.hardware import has_cuda
-from sglang_ext.ports import pick_port
-from sglang_ext.protocol import PREFETCH_PATH, PrefetchAccepted, PrefetchStatus
-from sglang_ext.tiny_model import make_model
+from sessiongate.sglang_ext.cpu_compat import activate
+from sessiongate.sglang_ext.hardware import has_cuda
+from sessiongate.sglang_ext.ports import pick_port
+from sessiongate.sglang_ext.protocol import PREFETCH_PATH, PrefetchAccepted, PrefetchStatus
+from sessiongate.sglang_ext.tiny_model import make_model
 
 # Warnings that importing torch/transformers/SGLang raises in-process, none ours to fix: SGLang
 # says AWQ/GGUF need CUDA, torch.utils.mkldnn uses the deprecated torch.jit.script_method, and a

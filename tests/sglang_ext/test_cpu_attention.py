@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from sglang_ext import sglang_internals
-from sglang_ext.cpu_compat.kernels import extend_attention
+from sessiongate.sglang_ext import sglang_internals
+from sessiongate.sglang_ext.cpu_compat.kernels import extend_attention
 
 
 @pytest.fixture(scope="module")

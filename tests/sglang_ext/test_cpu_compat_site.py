@@ -6,11 +6,11 @@ import os
 import subprocess
 import sys
 
-from sglang_ext.cpu_compat import DISABLE_ENV, SITE_DIR
+from sessiongate.sglang_ext.cpu_compat import DISABLE_ENV, SITE_DIR
 
 PROBE = """
 import importlib, json, sys
-import sglang_ext.cpu_compat as compat
+import sessiongate.sglang_ext.cpu_compat as compat
 import sgl_kernel
 from sgl_kernel import copy_all_layer_kv_cache_cpu
 facts = {"hooks": compat.active_hooks() is not None, "torch_loaded": "torch" in sys.modules,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_ext.cpu_compat.kernels import (
+from sessiongate.sglang_ext.cpu_compat.kernels import (
     transfer_kv_all_layer_direct_lf_pf,
     transfer_kv_direct,
     transfer_kv_per_layer_direct_pf_lf,

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ext import parallelism
-from sglang_ext.hardware import gpu_count_present, gpu_ids, gpus_for_workers
-from sglang_ext.launcher import build_command, build_env, start_worker
-from sglang_ext.ports import PortClaims, PortTaken
-from sglang_ext.worker_config import WorkerConfig, parse_worker_config
-from sglang_ext.worker_process import WorkerProcess, WorkerStartError, wait_all_ready
+from sessiongate.sglang_ext import parallelism
+from sessiongate.sglang_ext.hardware import gpu_count_present, gpu_ids, gpus_for_workers
+from sessiongate.sglang_ext.launcher import build_command, build_env, start_worker
+from sessiongate.sglang_ext.ports import PortClaims, PortTaken
+from sessiongate.sglang_ext.worker_config import WorkerConfig, parse_worker_config
+from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError, wait_all_ready
 
 
 def flag_value(command: list[str], flag: str) -> str:
@@ -101,7 +101,7 @@ def test_new_settings_come_from_flags_and_environment() -> None:
 
 
 def test_the_api_key_reaches_sglang_and_stays_out_of_the_log(tmp_path: Path) -> None:
-    from sglang_ext.launcher import _shown
+    from sessiongate.sglang_ext.launcher import _shown
 
     command = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", api_key="s3cret-key"))
     assert flag_value(command, "--api-key") == "s3cret-key"

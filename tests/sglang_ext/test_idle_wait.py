@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sglang_ext.internals import idle_wait
+from sessiongate.sglang_ext.internals import idle_wait
 
 
 class FakeSleeper:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sglang_ext.sglang_internals import cpu_patches
+from sessiongate.sglang_ext.sglang_internals import cpu_patches
 
 PAGE = 4
 DEVICE_TOKENS = 96
@@ -73,12 +73,12 @@ class Worker:
 
     def tiers(self, tokens: list[int]) -> tuple[int, int]:
         """Tokens of `tokens` on the device and in host memory (prefixes), without touching them."""
-        from sglang_ext.internals import kv_ops
+        from sessiongate.sglang_ext.internals import kv_ops
 
         return kv_ops.tier_tokens(kv_ops.session_pages(self.cache, array("q", tokens), None))
 
     def pool_pages(self, tokens: list[int]) -> int:
-        from sglang_ext.internals import kv_ops
+        from sessiongate.sglang_ext.internals import kv_ops
 
         hashes = kv_ops.context_page_hashes(array("q", tokens), None, PAGE)
         return sum(1 for page in hashes if any(self.pool.glob(f"{page}*.bin")))
@@ -150,8 +150,8 @@ def make_worker(pool: Path) -> Worker:
     from sglang.srt.runtime_context import get_parallel
     from sglang.srt.server_args import set_global_server_args_for_scheduler
 
-    from sglang_ext.internals.kv_ops import PYTHON_TREE_CORE_ENV
-    from sglang_ext.internals.scheduler_ops import SchedulerExtension
+    from sessiongate.sglang_ext.internals.kv_ops import PYTHON_TREE_CORE_ENV
+    from sessiongate.sglang_ext.internals.scheduler_ops import SchedulerExtension
 
     server_args = _server_args()
     set_global_server_args_for_scheduler(server_args)
@@ -314,7 +314,7 @@ def test_retain_raises_a_session_until_its_ttl(workers: tuple[Worker, Worker]) -
 def test_drop_removes_the_session_from_every_tier_and_keeps_the_shared_prefix(
     workers: tuple[Worker, Worker],
 ) -> None:
-    from sglang_ext.internals import kv_ops
+    from sessiongate.sglang_ext.internals import kv_ops
 
     consumer, _ = workers
     system = context(2)
@@ -398,8 +398,8 @@ def test_drop_of_an_unknown_context_changes_nothing(workers: tuple[Worker, Worke
 def test_a_no_keep_request_leaves_only_the_prefix_it_shared(
     workers: tuple[Worker, Worker], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglang_ext.internals import no_keep
-    from sglang_ext.protocol import NO_KEEP_RID_PREFIX
+    from sessiongate.sglang_ext.internals import no_keep
+    from sessiongate.sglang_ext.protocol import NO_KEEP_RID_PREFIX
 
     monkeypatch.setattr(no_keep, "SETTLE_S", 0.2)
     consumer, _ = workers

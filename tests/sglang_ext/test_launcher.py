@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ext.cpu_compat import SITE_DIR
-from sglang_ext.hardware import cores_per_worker, has_cuda
-from sglang_ext.launcher import build_command, build_env, resolve_config
-from sglang_ext.mooncake import MasterConfig, build_master_command
-from sglang_ext.plugin import TINY_TOOL_CALL_PARSER
-from sglang_ext.tiny_model import make_model
-from sglang_ext.worker_config import WorkerConfig, parse_worker_config
+from sessiongate.sglang_ext.cpu_compat import SITE_DIR
+from sessiongate.sglang_ext.hardware import cores_per_worker, has_cuda
+from sessiongate.sglang_ext.launcher import build_command, build_env, resolve_config
+from sessiongate.sglang_ext.mooncake import MasterConfig, build_master_command
+from sessiongate.sglang_ext.plugin import TINY_TOOL_CALL_PARSER
+from sessiongate.sglang_ext.tiny_model import make_model
+from sessiongate.sglang_ext.worker_config import WorkerConfig, parse_worker_config
 
 
 def flag_value(command: list[str], flag: str) -> str:
@@ -195,7 +195,7 @@ def test_a_mooncake_pool_reaches_sglangs_mooncake_backend(tmp_path: Path) -> Non
     extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
     assert extra == {
         "backend_name": "mooncake",
-        "module_path": "sglang_ext.internals.guarded_mooncake_store",
+        "module_path": "sessiongate.sglang_ext.internals.guarded_mooncake_store",
         "class_name": "GuardedMooncakeStore",
         "interface_v1": 1,
         "master_server_address": "10.0.0.5:50051",
@@ -214,7 +214,7 @@ def test_the_checked_file_pool_is_sglangs_dynamic_backend_on_the_pool_directory(
     extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
     assert extra == {
         "backend_name": "checked-file",
-        "module_path": "sglang_ext.internals.checked_file_store",
+        "module_path": "sessiongate.sglang_ext.internals.checked_file_store",
         "class_name": "CheckedFileStore",
         "file_storage_path": str(tmp_path / "kv-pool"),
     }

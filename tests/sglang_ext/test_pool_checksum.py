@@ -13,21 +13,21 @@ from typing import Any
 
 import pytest
 
-from sglang_ext.launcher import CHECKED_FILE_BACKEND, build_command
-from sglang_ext.worker_config import WorkerConfig
+from sessiongate.sglang_ext.launcher import CHECKED_FILE_BACKEND, build_command
+from sessiongate.sglang_ext.worker_config import WorkerConfig
 
 PAGE_BYTES = 64 * 512  # one page of 64 tokens, 512 bytes of KV per token
 
 
 def storage_config(pool: Path) -> Any:
-    from sglang_ext.internals.storage_config import single_rank_storage_config
+    from sessiongate.sglang_ext.internals.storage_config import single_rank_storage_config
 
     return single_rank_storage_config("tiny", {"file_storage_path": str(pool)})
 
 
 @pytest.fixture
 def store(cpu_compat: bool, tmp_path: Path) -> Any:
-    from sglang_ext.internals.checked_file_store import CheckedFileStore
+    from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
 
     return CheckedFileStore(storage_config(tmp_path))
 
@@ -103,7 +103,7 @@ def test_a_truncated_page_is_a_miss(store: Any, tmp_path: Path, keep: int) -> No
 def test_plain_and_checked_pages_never_mix(cpu_compat: bool, tmp_path: Path) -> None:
     from sglang.srt.mem_cache.hicache_storage import HiCacheFile
 
-    from sglang_ext.internals.checked_file_store import CheckedFileStore
+    from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
 
     checked = CheckedFileStore(storage_config(tmp_path))
     plain = HiCacheFile(storage_config(tmp_path))
@@ -116,7 +116,7 @@ def test_plain_and_checked_pages_never_mix(cpu_compat: bool, tmp_path: Path) -> 
 def test_the_launcher_loads_it_through_sglangs_dynamic_backend(cpu_compat: bool, tmp_path: Path) -> None:
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-    from sglang_ext.internals.checked_file_store import CheckedFileStore
+    from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
 
     command = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", storage_backend=CHECKED_FILE_BACKEND))
     backend = command[command.index("--hicache-storage-backend") + 1]

@@ -1,7 +1,7 @@
 """The checked `file` pool on real SGLang 0.5.23 CPU servers: a damaged page is a miss, not a wrong answer.
 
 Two tiny-model workers, A and B, share one pool directory with `storage_backend="checked-file"`
-(sglang_ext/internals/checked_file_store.py, loaded through SGLang's `dynamic` backend).
+(sessiongate/sglang_ext/internals/checked_file_store.py, loaded through SGLang's `dynamic` backend).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import CHECKED_FILE_BACKEND, WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.protocol import PrefetchAccepted, PrefetchStatus
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import CHECKED_FILE_BACKEND, WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.protocol import PrefetchAccepted, PrefetchStatus
 
 from .conftest import answer, chat, long_system_prompt, prefetch, wait_finished
 

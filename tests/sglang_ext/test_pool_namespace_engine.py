@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, start_worker
-from sglang_ext.pool_namespace import PoolLayout, namespaced_model_name
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
+from sessiongate.sglang_ext.pool_namespace import PoolLayout, namespaced_model_name
 
 from .conftest import prefetch, wait_finished
 

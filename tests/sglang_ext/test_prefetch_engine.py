@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.internals.no_keep import SETTLE_S
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.protocol import (
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.internals.no_keep import SETTLE_S
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.protocol import (
     LOAD_PATH,
     NO_KEEP_RID_PREFIX,
     PREFETCH_PATH,

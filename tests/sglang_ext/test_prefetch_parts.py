@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_ext.kv_budget import DemandItem, device_prefetch_quota
-from sglang_ext.kv_fate import LOWEST_PRIORITY, KVFate
-from sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
-from sglang_ext.rate_meter import RateMeter
+from sessiongate.sglang_ext.kv_budget import DemandItem, device_prefetch_quota
+from sessiongate.sglang_ext.kv_fate import LOWEST_PRIORITY, KVFate
+from sessiongate.sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
+from sessiongate.sglang_ext.rate_meter import RateMeter
 
 
 def test_rate_over_the_window() -> None:

@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_ext.cpu_compat import H2D_DELAY_ENV
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.cpu_compat import H2D_DELAY_ENV
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 from .conftest import prefetch, wait_finished
 

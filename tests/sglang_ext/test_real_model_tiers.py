@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
 
 from .conftest import prefetch, wait_finished
 

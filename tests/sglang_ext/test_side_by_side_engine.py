@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ext.hardware import cores_per_worker
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.ports import PortClaims
-from sglang_ext.worker_process import wait_all_ready
+from sessiongate.sglang_ext.hardware import cores_per_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.ports import PortClaims
+from sessiongate.sglang_ext.worker_process import wait_all_ready
 
 pytestmark = pytest.mark.engine
 

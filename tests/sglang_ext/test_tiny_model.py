@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sglang_ext.tiny_model import SIZES, is_complete, make_model
-from sglang_ext.tiny_tokenizer import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, TOOL_TAGS
+from sessiongate.sglang_ext.tiny_model import SIZES, is_complete, make_model
+from sessiongate.sglang_ext.tiny_tokenizer import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, SPECIAL_TOKENS, TOOL_TAGS
 
 WEATHER_TOOL = {
     "type": "function",

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_ext.protocol import INFO_PATH
+from sessiongate.sglang_ext.protocol import INFO_PATH
 
 pytestmark = pytest.mark.engine
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_ext.worker_config import WorkerConfig, WorkerConfigError, parse_worker_config
+from sessiongate.sglang_ext.worker_config import WorkerConfig, WorkerConfigError, parse_worker_config
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_ext.hardware import has_cuda
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sglang_ext.protocol import INFO_PATH, WorkerInfo
+from sessiongate.sglang_ext.hardware import has_cuda
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.protocol import INFO_PATH, WorkerInfo
 
 pytestmark = pytest.mark.engine
 

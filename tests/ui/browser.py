@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import websockets
 
-from benchmarks.processes import ManagedProcess
+from sessiongate.benchmarks.processes import ManagedProcess
 
 __all__ = ["Page", "find_chromium", "open_page"]
 

@@ -27,9 +27,9 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks.processes import GatewayServer
-from gateway.workers import worker_id_for
-from sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.benchmarks.processes import GatewayServer
+from sessiongate.gateway.workers import worker_id_for
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 
 from .browser import Page, find_chromium, open_page
 

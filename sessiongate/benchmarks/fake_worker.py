@@ -1,0 +1,438 @@
+"""An in-process stand-in for an SGLang worker, speaking SGLang's HTTP API (the parts the gateway uses).
+
+For tests and benchmarks about the gateway's own logic: answers are deterministic and instant (or delayed
+as configured), usage and the cache report follow SGLang's wire format (`usage.prompt_tokens_details`,
+`sglext.cached_tokens_details` when `return_cached_tokens_details` is set, a separate `sglext` chunk and a
+usage chunk in streams), and a prefix cache over whitespace tokens makes `cached_tokens` behave like a radix
+cache: a prompt that extends an earlier one reports the shared part as cached. As in SGLang, the request's
+`cache_salt` is part of every key: a salted prompt only matches prompts sent with the same salt (and an unsalted
+one only unsalted ones). Faults are switched on through
+`FakeWorkerBehaviour`. Run standalone with `python -m sessiongate.benchmarks.fake_worker --port 31001`.
+
+It also speaks the sessiongate extension (`sglang_ext.protocol`, unless `extension=False`: then 404): the load
+report (its own running requests, `queued` as set), prefetch (after `prefetch_delay_s`, the context's pages found in
+the shared pool become resident in the target tier; nothing is recomputed), and session retain / drop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pydantic
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from sessiongate.sglang_ext.protocol import (
+    LOAD_PATH,
+    PREFETCH_PATH,
+    SESSIONS_PATH,
+    KVOpResult,
+    LoadReport,
+    PrefetchAccepted,
+    PrefetchRequest,
+    PrefetchStatus,
+    SessionKVRequest,
+)
+
+__all__ = ["FakeWorkerBehaviour", "create_fake_worker"]
+
+
+@dataclass
+class FakeWorkerBehaviour:
+    """Knobs a test may turn while the app runs."""
+
+    model: str = "fake-model"
+    page_size: int = 1
+    token_delay_s: float = 0.0
+    # Answer every chat request with this status and an OpenAI error body.
+    fail_status: int | None = None
+    # Stop a stream (connection dropped) after this many content chunks.
+    die_after_chunks: int | None = None
+    # Never answer chat requests (until the client gives up).
+    hang: bool = False
+    healthy: bool = True
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    # Prompts this worker has seen (its device cache), and prompts any worker sharing `pool` has seen. Each
+    # entry is a cache key: the request's cache salt ("" for none) followed by the prompt's tokens.
+    device: list[tuple[str, ...]] = field(default_factory=list)
+    pool: list[tuple[str, ...]] = field(default_factory=list)
+    host: list[tuple[str, ...]] = field(default_factory=list)
+    # The sessiongate extension: off answers 404 on its endpoints, like a worker started without it.
+    extension: bool = True
+    running: int = 0
+    queued: int = 0
+    queued_prefill_tokens: int | None = None
+    prefill_tokens_per_s: float = 5000.0
+    decode_tokens_per_s: float = 500.0
+    prefetch_delay_s: float = 0.0
+    prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kv_ops: list[tuple[str, str]] = field(default_factory=list)
+    kv_requests: list[SessionKVRequest] = field(default_factory=list)  # the bodies of `kv_ops`, in order
+    # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
+    # (the cache model's lookup scans every prompt seen); for throughput benchmarks.
+    prefix_cache: bool = True
+    # SGLang's `--api-key`: when set, every route but /health and /metrics wants `Authorization: Bearer <key>`.
+    api_key: str = ""
+
+    def cache_hit(self, tokens: tuple[str, ...]) -> dict[str, int]:
+        """Where the longest cached prefix of the key `tokens` (salt first) comes from, like SGLang's report."""
+        if not self.prefix_cache:
+            return {"device": 0, "host": 0, "storage": 0}
+        on_device = self._longest(self.device, tokens)
+        in_host = max(self._longest(self.host, tokens) - on_device, 0)
+        in_pool = max(self._longest(self.pool, tokens) - on_device - in_host, 0)
+        self.device.append(tokens)
+        self.pool.append(tokens)
+        return {"device": on_device, "host": in_host, "storage": in_pool}
+
+    def _longest(self, seen: list[tuple[str, ...]], tokens: tuple[str, ...]) -> int:
+        """Prompt tokens (the salt not counted) of the longest prefix of key `tokens` that `seen` holds."""
+        best = 0
+        for earlier in seen:
+            if not earlier or not tokens or earlier[0] != tokens[0]:
+                continue  # another salt: SGLang's radix tree never matches across salts
+            n = 0
+            for a, b in zip(earlier[1:], tokens[1:], strict=False):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        return best - best % self.page_size
+
+
+def _prompt_tokens(body: dict[str, Any]) -> tuple[str, ...]:
+    """The request's cache key: its cache salt ("" without one), then its prompt's whitespace tokens."""
+    salt = body.get("cache_salt")
+    words: list[str] = [salt if isinstance(salt, str) else ""]
+    for message in body.get("messages") or []:
+        words.append(f"<{message.get('role')}>")
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        words.extend(str(content or "").split())
+        for call in message.get("tool_calls") or []:
+            words.extend(str(call.get("function", {}).get("arguments", "")).split())
+    return tuple(words)
+
+
+def _reply_words(body: dict[str, Any]) -> list[str]:
+    last: dict[str, Any] = next(
+        (m for m in reversed(body.get("messages") or []) if m.get("role") in {"user", "tool"}), {}
+    )
+    content = last.get("content")
+    if not isinstance(content, str):
+        content = "..."
+    limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+    return ["echo:", *content.split()][:limit]
+
+
+def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
+    choice = body.get("tool_choice")
+    tools = body.get("tools") or []
+    if not tools or choice in (None, "none", "auto"):
+        return None
+    name = tools[0]["function"]["name"]
+    if isinstance(choice, dict):
+        name = choice.get("function", {}).get("name", name)
+    return {
+        "id": f"call_{abs(hash(name)) % 10**8:08d}",
+        "type": "function",
+        "function": {"name": name, "arguments": orjson.dumps({"q": "x"}).decode()},
+    }
+
+
+def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlette:
+    b = behaviour or FakeWorkerBehaviour()
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200 if b.healthy else 503)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": b.model, "object": "model", "owned_by": "sglang"}]})
+
+    # What SGLang's model gateway (`smg`) reads when it registers a worker: with them it identifies the fake as
+    # an SGLang engine, as it does a real worker, instead of falling back to a generic OpenAI backend.
+    async def server_info(request: Request) -> Response:
+        return JSONResponse({"model_path": b.model, "served_model_name": b.model, "tp_size": 1, "dp_size": 1})
+
+    async def model_info(request: Request) -> Response:
+        return JSONResponse({"model_path": b.model, "tokenizer_path": None, "is_generation": True})
+
+    async def chat(request: Request) -> Response:
+        b.running += 1
+        try:
+            return await _chat(request)
+        finally:
+            b.running -= 1
+
+    async def _chat(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        b.requests.append(body)
+        if b.hang:
+            await asyncio.sleep(3600)
+        if b.fail_status is not None:
+            return JSONResponse(
+                {
+                    "object": "error",
+                    "message": "injected failure",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": b.fail_status,
+                },
+                status_code=b.fail_status,
+            )
+        prompt = _prompt_tokens(body)
+        hit = b.cache_hit(prompt)
+        cached = sum(hit.values())
+        words = _reply_words(body)
+        call = _tool_call(body)
+        prompt_tokens = len(prompt) - 1  # the key's salt is no token
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(words),
+            "total_tokens": prompt_tokens + len(words),
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        # As SGLang: no cache report at all for a prompt without hits.
+        details: dict[str, Any] | None = {**hit, "storage_backend": "file"} if cached else None
+        rid = f"chatcmpl-{len(b.requests)}"
+        if not body.get("stream"):
+            if b.token_delay_s:
+                await asyncio.sleep(b.token_delay_s * len(words))
+            message: dict[str, Any] = {"role": "assistant", "content": None if call else " ".join(words)}
+            if call:
+                message["tool_calls"] = [call]
+            answer: dict[str, Any] = {
+                "id": rid,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": b.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if call else "stop"}],
+                "usage": usage,
+            }
+            if body.get("return_cached_tokens_details") and details is not None:
+                answer["sglext"] = {"cached_tokens_details": details}
+            return JSONResponse(answer)
+        return StreamingResponse(_stream(b, body, rid, words, call, usage, details), media_type="text/event-stream")
+
+    app = Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/v1/models", models),
+            Route("/server_info", server_info),
+            Route("/model_info", model_info),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            *_extension_routes(b),
+        ]
+    )
+
+    return _KeyCheck(app, b) if b.api_key else app  # type: ignore[return-value]
+
+
+class _KeyCheck:
+    """SGLang's api-key middleware: /health and /metrics are open, everything else wants `Bearer <key>`."""
+
+    def __init__(self, app: Starlette, behaviour: FakeWorkerBehaviour) -> None:
+        self.app, self.behaviour, self.state = app, behaviour, app.state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(("/health", "/metrics")):
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization", b"").decode() != f"Bearer {self.behaviour.api_key}":
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
+    """The sessiongate extension's endpoints, as `sglang_ext.protocol` defines them."""
+
+    def missing() -> Response:
+        error = {"message": "Not Found", "type": "invalid_request_error", "code": "not_found"}
+        return JSONResponse({"error": error}, status_code=404)
+
+    async def load(request: Request) -> Response:
+        if not b.extension:
+            return missing()
+        used = sum(len(t) - 1 for t in b.device)
+        report = LoadReport(
+            at=time.time(),
+            running_requests=b.running,
+            queued_requests=b.queued,
+            queued_prefill_tokens=b.queued_prefill_tokens,
+            device_kv_tokens_total=1_000_000,
+            device_kv_tokens_used=min(used, 1_000_000),
+            prefetches_in_flight=sum(1 for p in b.prefetches.values() if p["state"] in ("queued", "running")),
+            prefill_tokens_per_s=b.prefill_tokens_per_s,
+            decode_tokens_per_s=b.decode_tokens_per_s,
+            page_size=b.page_size,
+            storage_backend="file",
+        )
+        return Response(report.model_dump_json(), media_type="application/json")
+
+    def status(prefetch_id: str) -> PrefetchStatus:
+        entry = b.prefetches[prefetch_id]
+        if entry["state"] == "queued" and time.monotonic() - entry["created"] >= b.prefetch_delay_s:
+            tokens: tuple[str, ...] = entry["tokens"]
+            available = b._longest(b.pool, tokens)
+            (b.device if entry["target"] == "device" else b.host).append(tokens[: available + 1])
+            entry.update(state="done", available=available, finished_at=time.time())
+        available = entry.get("available", 0)
+        return PrefetchStatus(
+            prefetch_id=prefetch_id,
+            session_id=entry["session_id"],
+            state=entry["state"],
+            target=entry["target"],
+            tokens=len(entry["tokens"]) - 1,
+            pages_requested=len(entry["tokens"]) - 1,
+            pages_in_host=available if entry["target"] == "host" else 0,
+            pages_on_device=available if entry["target"] == "device" else 0,
+            pages_unavailable=len(entry["tokens"]) - 1 - available if entry["state"] == "done" else 0,
+            bytes_loaded=available * 1024,
+            created_at=entry["created_wall"],
+            finished_at=entry.get("finished_at"),
+        )
+
+    async def prefetch(request: Request) -> Response:
+        if not b.extension:
+            return missing()
+        try:
+            body = PrefetchRequest.model_validate_json(await request.body())
+        except pydantic.ValidationError as exc:
+            error = {"message": str(exc), "type": "invalid_request_error", "code": "invalid_body"}
+            return JSONResponse({"error": error}, status_code=400)
+        prefetch_id = f"pf_{len(b.prefetches) + 1}"
+        tokens = _prompt_tokens({"messages": body.messages or [], "cache_salt": body.cache_salt})
+        b.prefetches[prefetch_id] = {
+            "session_id": body.session_id,
+            "tokens": tokens,
+            "target": body.target,
+            "state": "queued",
+            "created": time.monotonic(),
+            "created_wall": time.time(),
+            "request": body,
+        }
+        current = status(prefetch_id)
+        accepted = PrefetchAccepted(
+            prefetch_id=prefetch_id, session_id=body.session_id, tokens=len(tokens) - 1, state=current.state
+        )
+        return Response(accepted.model_dump_json(), status_code=202, media_type="application/json")
+
+    async def prefetch_one(request: Request) -> Response:
+        prefetch_id = request.path_params["prefetch_id"]
+        if not b.extension or prefetch_id not in b.prefetches:
+            return missing()
+        if request.method == "DELETE" and b.prefetches[prefetch_id]["state"] == "queued":
+            b.prefetches[prefetch_id]["state"] = "cancelled"
+        return Response(status(prefetch_id).model_dump_json(), media_type="application/json")
+
+    async def session_kv(request: Request) -> Response:
+        if not b.extension:
+            return missing()
+        session_id, operation = request.path_params["session_id"], request.path_params["operation"]
+        if operation not in ("retain", "drop"):
+            return missing()
+        body = SessionKVRequest.model_validate_json(await request.body())
+        tokens = _prompt_tokens({"messages": body.messages or [], "cache_salt": body.cache_salt})
+        found = {name: b._longest(getattr(b, name), tokens) for name in ("device", "host", "pool")}
+        if operation == "drop":
+            # Only keys under the same salt can be this session's: another salt's identical prompt stays.
+            for name in ("device", "host", "pool"):
+                kept = [t for t in getattr(b, name) if t[: len(tokens)] != tokens[: len(t)]]
+                getattr(b, name)[:] = kept
+        b.kv_ops.append((operation, session_id))
+        b.kv_requests.append(body)
+        result = KVOpResult(
+            session_id=session_id,
+            operation=operation,
+            tokens=len(tokens) - 1,
+            device_tokens=found["device"],
+            host_tokens=found["host"],
+            storage_tokens=found["pool"],
+        )
+        return Response(result.model_dump_json(), media_type="application/json")
+
+    return [
+        Route(LOAD_PATH, load),
+        Route(PREFETCH_PATH, prefetch, methods=["POST"]),
+        Route(PREFETCH_PATH + "/{prefetch_id}", prefetch_one, methods=["GET", "DELETE"]),
+        Route(SESSIONS_PATH + "/{session_id}/{operation}", session_kv, methods=["POST"]),
+    ]
+
+
+async def _stream(
+    b: FakeWorkerBehaviour,
+    body: dict[str, Any],
+    rid: str,
+    words: list[str],
+    call: dict[str, Any] | None,
+    usage: dict[str, Any],
+    details: dict[str, Any] | None,
+) -> AsyncIterator[bytes]:
+    def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        chunk = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": b.model,
+            "choices": choices,
+            **extra,
+        }
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+    if call:
+        head = {**call, "index": 0, "function": {"name": call["function"]["name"], "arguments": ""}}
+        yield event([{"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None}])
+        args = call["function"]["arguments"]
+        for part in (args[: len(args) // 2], args[len(args) // 2 :]):
+            yield event(
+                [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
+                        "finish_reason": None,
+                    }
+                ]
+            )
+    else:
+        for i, word in enumerate(words):
+            if b.die_after_chunks is not None and i >= b.die_after_chunks:
+                raise ConnectionResetError("injected: worker died mid-stream")
+            if b.token_delay_s:
+                await asyncio.sleep(b.token_delay_s)
+            yield event([{"index": 0, "delta": {"content": (" " if i else "") + word}, "finish_reason": None}])
+    yield event([{"index": 0, "delta": {}, "finish_reason": "tool_calls" if call else "stop"}])
+    if body.get("return_cached_tokens_details") and details is not None:
+        yield event([], sglext={"cached_tokens_details": details})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield event([], usage=usage)
+    yield b"data: [DONE]\n\n"
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="A fast fake SGLang worker for gateway benchmarks.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=31001)
+    parser.add_argument("--token-delay-s", type=float, default=0.0)
+    parser.add_argument(
+        "--no-prefix-cache", action="store_true", help="report nothing cached; keeps the cost per request flat"
+    )
+    args = parser.parse_args()
+    behaviour = FakeWorkerBehaviour(token_delay_s=args.token_delay_s, prefix_cache=not args.no_prefix_cache)
+    app = create_fake_worker(behaviour)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""Gateway overhead against SGLang's own gateway: all in front of the same fast workers, driven the same way.
+
+Starts N instant fake workers (`benchmarks.fake_worker`, each its own process), a real `sessiongate serve` process
+(SQLite store: every turn is recorded, sessions persist), SGLang's model gateway (`smg` 1.13, Rust; `manual`
+policy by default, which pins each `x-smg-routing-key` to one worker: its session persistence) and, when its wheel
+is installed, its predecessor `sglang-router` 0.3.2 as a second row, in front of the same workers. One
+bounded-concurrency asyncio client drives the workers directly and through each proxy with the same multi-turn
+conversations (each request resends the growing history and names its session in
+`x-session-id` and `x-smg-routing-key`), streamed and not.
+
+The systems take turns in short phases (the order rotating every round), so machine noise lands on all of them.
+For each system and mode: requests/s over its phases, latency p50/p99, the latency it adds (its percentile minus
+the direct requests' percentile, from the same run), and the proxy process's CPU time per request (user + system
+from /proc, all threads, counted over its own phases only). Then the sessiongate / smg ratios (and / sglang-router), as
+Markdown.
+
+    python -m sessiongate.benchmarks.router_overhead  # 2 workers, concurrency 16, 5 rounds x 400 requests
+    python -m sessiongate.benchmarks.router_overhead --workers 1 --concurrency 1 --rounds 3 --phase-requests 200
+
+Exits 1 if any request failed (the table counts them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+
+from sessiongate.sdk._sse import parse_events
+
+from .gateway_overhead import percentile
+from .processes import (
+    FakeWorkerProcess,
+    GatewayServer,
+    ManagedProcess,
+    SglangRouterProcess,
+    SmgProcess,
+    local_gateway_env,
+    sglang_router_installed,
+    smg_installed,
+)
+
+__all__ = ["BenchConfig", "main", "markdown", "run_benchmark"]
+
+DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER = "direct", "sessiongate", "smg", "sglang-router"
+SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER)
+# The Rust gateways sessiongate is compared with, the current one first.
+RUST_GATEWAYS = (SMG, SGLANG_ROUTER)
+MODES = ("non-streamed", "streamed")
+MODEL = "fake-model"
+# About 1 KB, like an agent's system prompt, so bodies have a realistic size from the first turn.
+_SYSTEM_PROMPT = "You are a careful coding agent. Read the files you are given and answer briefly. " * 13
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    workers: int = 2
+    concurrency: int = 16
+    rounds: int = 5
+    phase_requests: int = 400
+    warmup_requests: int = 64
+    turns_per_session: int = 8
+    max_tokens: int = 8
+    router_policy: str = "manual"
+    # Also run sglang-router 0.3.2 (a second row) when its wheel is installed.
+    with_sglang_router: bool = True
+
+
+@dataclass
+class Figures:
+    """One system in one mode, over all of its measured phases."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies_ms) + sum(self.errors.values())
+
+    @property
+    def per_second(self) -> float:
+        return self.requests / self.wall_s if self.wall_s else 0.0
+
+
+class Conversation:
+    """One slot's sessions against one system: a session of `turns` turns, then a fresh one."""
+
+    def __init__(self, label: str, turns: int) -> None:
+        self._label, self._turns = label, turns
+        self._number = 0
+        self._start()
+
+    def _start(self) -> None:
+        self._number += 1
+        self.session_id = f"{self._label}-{self._number}"
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": _SYSTEM_PROMPT}]
+
+    def next_request(self, *, stream: bool, max_tokens: int) -> tuple[bytes, dict[str, str]]:
+        if len(self.messages) > 2 * self._turns:
+            self._start()
+        turn = len(self.messages) // 2
+        self.messages.append({"role": "user", "content": f"Turn {turn}: open src/module_{turn}.py and go on."})
+        body: dict[str, Any] = {"model": MODEL, "messages": self.messages, "max_tokens": max_tokens, "stream": stream}
+        headers = {
+            "content-type": "application/json",
+            "x-session-id": self.session_id,
+            "x-smg-routing-key": self.session_id,
+        }
+        return orjson.dumps(body), headers
+
+    def answered(self, content: str) -> None:
+        self.messages.append({"role": "assistant", "content": content})
+
+    def failed(self) -> None:
+        self.messages.pop()  # the unanswered user message; the next request asks again
+
+
+def _streamed_content(payload: bytes) -> str:
+    parts: list[str] = []
+    events = parse_events(payload)
+    if not events or not events[-1].done:
+        raise ValueError("stream ended without [DONE]")
+    for event in events[:-1]:
+        for choice in event.json().get("choices") or ():
+            parts.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(parts)
+
+
+async def _request(
+    session: aiohttp.ClientSession, url: str, conversation: Conversation, *, stream: bool, max_tokens: int
+) -> float:
+    body, headers = conversation.next_request(stream=stream, max_tokens=max_tokens)
+    started = time.perf_counter()
+    try:
+        async with session.post(f"{url}/v1/chat/completions", data=body, headers=headers) as response:
+            payload = await response.read()
+            elapsed = time.perf_counter() - started
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status} {payload[:200].decode(errors='replace')}")
+        content = _streamed_content(payload) if stream else orjson.loads(payload)["choices"][0]["message"]["content"]
+    except BaseException:
+        conversation.failed()
+        raise
+    conversation.answered(content)
+    return elapsed * 1000
+
+
+def _cpu_seconds(proxy: ManagedProcess | None) -> float:
+    return proxy.cpu_seconds() if proxy is not None else 0.0
+
+
+async def _phase(
+    session: aiohttp.ClientSession,
+    url: str,
+    conversations: list[Conversation],
+    proxy: ManagedProcess | None,
+    *,
+    requests: int,
+    stream: bool,
+    max_tokens: int,
+    into: Figures | None,
+) -> None:
+    """`requests` requests over `len(conversations)` concurrent slots; figures go `into` (None: warm-up)."""
+    remaining = requests
+
+    async def slot(conversation: Conversation) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            try:
+                elapsed = await _request(session, url, conversation, stream=stream, max_tokens=max_tokens)
+            except Exception as exc:  # counted and reported: one failure must not end the run
+                if into is not None:
+                    into.errors[f"{type(exc).__name__}: {exc}"[:120]] += 1
+                continue
+            if into is not None:
+                into.latencies_ms.append(elapsed)
+
+    cpu_before, started = _cpu_seconds(proxy), time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for conversation in conversations:
+            group.create_task(slot(conversation))
+    if into is not None:
+        into.wall_s += time.perf_counter() - started
+        into.cpu_s += _cpu_seconds(proxy) - cpu_before
+
+
+async def _drive(targets: dict[str, tuple[str, ManagedProcess | None]], config: BenchConfig) -> dict[str, Figures]:
+    figures = {f"{system}/{mode}": Figures() for system in targets for mode in MODES}
+    sessions: dict[str, aiohttp.ClientSession] = {}
+    conversations = {
+        system: [
+            Conversation(f"ro-{system}-{slot}-{time.time_ns()}", config.turns_per_session)
+            for slot in range(config.concurrency)
+        ]
+        for system in targets
+    }
+    timeout = aiohttp.ClientTimeout(total=120)
+    try:
+        for system in targets:
+            # One pool per system, as many connections as slots: no system waits on another's connections.
+            connector = aiohttp.TCPConnector(limit=config.concurrency)
+            sessions[system] = aiohttp.ClientSession(connector=connector, timeout=timeout)
+        for system, (url, proxy) in targets.items():
+            for mode in MODES:
+                await _phase(
+                    sessions[system],
+                    url,
+                    conversations[system],
+                    proxy,
+                    requests=config.warmup_requests,
+                    stream=mode == "streamed",
+                    max_tokens=config.max_tokens,
+                    into=None,
+                )
+        order = list(targets)
+        for round_number in range(config.rounds):
+            rotated = order[round_number % len(order) :] + order[: round_number % len(order)]
+            for mode in MODES if round_number % 2 == 0 else MODES[::-1]:
+                for system in rotated:
+                    url, proxy = targets[system]
+                    await _phase(
+                        sessions[system],
+                        url,
+                        conversations[system],
+                        proxy,
+                        requests=config.phase_requests,
+                        stream=mode == "streamed",
+                        max_tokens=config.max_tokens,
+                        into=figures[f"{system}/{mode}"],
+                    )
+    finally:
+        for session in sessions.values():
+            await session.close()
+    return figures
+
+
+_Process = TypeVar("_Process", bound=ManagedProcess)
+
+
+@contextmanager
+def _started(config: BenchConfig, work_dir: Path) -> Iterator[dict[str, tuple[str, ManagedProcess | None]]]:
+    """The workers and the proxies, running; stopped (by pid) on the way out."""
+    with ExitStack() as stack:
+
+        def start(process: _Process) -> _Process:
+            stack.callback(process.stop)
+            return process
+
+        workers = [start(FakeWorkerProcess(work_dir, prefix_cache=False)) for _ in range(config.workers)]
+        for worker in workers:
+            worker.wait_ready()
+        urls = [worker.url for worker in workers]
+        gateway = start(GatewayServer(work_dir, workers=urls, env=local_gateway_env(work_dir / "gateway.db")))
+        smg = start(SmgProcess(work_dir, workers=urls, policy=config.router_policy))
+        router = None
+        if config.with_sglang_router and sglang_router_installed():
+            router = start(SglangRouterProcess(work_dir, workers=urls, policy=config.router_policy))
+        gateway.wait_http(f"{gateway.url}/readyz", timeout_s=60)  # its workers are routable
+        smg.wait_ready()
+        # Direct requests all go to the first worker: the workers are identical and instant, so where a request
+        # lands does not change its cost.
+        targets: dict[str, tuple[str, ManagedProcess | None]] = {
+            DIRECT: (urls[0], None),
+            SESSIONGATE: (gateway.url, gateway),
+            SMG: (smg.url, smg),
+        }
+        if router is not None:
+            router.wait_ready()
+            targets[SGLANG_ROUTER] = (router.url, router)
+        yield targets
+
+
+def run_benchmark(config: BenchConfig, *, work_dir: Path | None = None) -> dict[str, Figures]:
+    with (
+        tempfile.TemporaryDirectory(prefix="sessiongate-router-bench-") as tmp,
+        _started(config, work_dir or Path(tmp)) as targets,
+    ):
+        return asyncio.run(_drive(targets, config))
+
+
+def summary(figures: dict[str, Figures]) -> dict[str, dict[str, Any]]:
+    """Per `system/mode`: counts, rates and percentiles; `added_*` against the direct requests of that mode."""
+    rows: dict[str, dict[str, Any]] = {}
+    for key, f in figures.items():
+        system, mode = key.split("/")
+        row: dict[str, Any] = {
+            "system": system,
+            "mode": mode,
+            "requests": f.requests,
+            "errors": sum(f.errors.values()),
+            "error_kinds": dict(f.errors),
+            "requests_per_s": f.per_second,
+            "p50_ms": statistics.median(f.latencies_ms) if f.latencies_ms else None,
+            "p99_ms": percentile(f.latencies_ms, 0.99) if f.latencies_ms else None,
+            "cpu_us_per_request": f.cpu_s / f.requests * 1e6 if system != DIRECT and f.requests else None,
+        }
+        rows[key] = row
+    for row in rows.values():
+        direct = rows[f"{DIRECT}/{row['mode']}"]
+        for q in ("p50", "p99"):
+            ours, base = row[f"{q}_ms"], direct[f"{q}_ms"]
+            row[f"added_{q}_ms"] = ours - base if row["system"] != DIRECT and None not in (ours, base) else None
+    return rows
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def markdown(rows: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| system | mode | requests | errors | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | CPU us/req |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows.values():
+        lines.append(
+            f"| {row['system']} | {row['mode']} | {row['requests']} | {row['errors']} | "
+            f"{_cell(row['requests_per_s'], 0)} | {_cell(row['p50_ms'])} | {_cell(row['p99_ms'])} | "
+            f"{_cell(row['added_p50_ms'])} | {_cell(row['added_p99_ms'])} | {_cell(row['cpu_us_per_request'], 0)} |"
+        )
+    for rust in RUST_GATEWAYS:
+        if not any(row["system"] == rust for row in rows.values()):
+            continue
+        lines += [
+            "",
+            f"| sessiongate / {rust} | req/s | added p50 | added p99 | CPU per request |",
+            "|---|---|---|---|---|",
+        ]
+        for mode in MODES:
+            ours, theirs = rows.get(f"{SESSIONGATE}/{mode}"), rows.get(f"{rust}/{mode}")
+            if ours is None or theirs is None:
+                continue
+            cells = [
+                _ratio(ours[name], theirs[name])
+                for name in ("requests_per_s", "added_p50_ms", "added_p99_ms", "cpu_us_per_request")
+            ]
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = BenchConfig()
+    parser.add_argument("--workers", type=int, default=defaults.workers)
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--rounds", type=int, default=defaults.rounds)
+    parser.add_argument("--phase-requests", type=int, default=defaults.phase_requests)
+    parser.add_argument("--warmup-requests", type=int, default=defaults.warmup_requests)
+    parser.add_argument("--turns-per-session", type=int, default=defaults.turns_per_session)
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    parser.add_argument(
+        "--router-policy",
+        default=defaults.router_policy,
+        choices=("manual", "cache_aware", "round_robin", "random", "power_of_two"),
+        help="the Rust gateways' policy; manual pins each x-smg-routing-key to a worker (session persistence)",
+    )
+    parser.add_argument(
+        "--no-sglang-router", action="store_true", help="leave out sglang-router 0.3.2 even when it is installed"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    if not smg_installed():
+        print("smg is not installed: pip install smg==1.13.0 (the `bench` extra)", file=sys.stderr)
+        return 2
+    config = BenchConfig(
+        workers=args.workers,
+        concurrency=args.concurrency,
+        rounds=args.rounds,
+        phase_requests=args.phase_requests,
+        warmup_requests=args.warmup_requests,
+        turns_per_session=args.turns_per_session,
+        max_tokens=args.max_tokens,
+        router_policy=args.router_policy,
+        with_sglang_router=not args.no_sglang_router,
+    )
+    rows = summary(run_benchmark(config))
+    print(
+        f"{config.workers} instant fake workers; concurrency {config.concurrency}; {config.rounds} rounds x "
+        f"{config.phase_requests} requests per system and mode; {config.turns_per_session}-turn sessions; "
+        f"Rust gateways' policy {config.router_policy}; sessiongate on SQLite"
+    )
+    print()
+    print(markdown(rows))
+    failures = {key: row["error_kinds"] for key, row in rows.items() if row["errors"]}
+    if failures:
+        print(f"\nfailed requests: {failures}", file=sys.stderr)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"config": dataclasses.asdict(config), "rows": rows}, indent=2))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

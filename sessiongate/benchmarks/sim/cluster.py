@@ -1,0 +1,441 @@
+"""A simulated cluster: N `SimWorker`s behind the gateway's own routing and advisor objects, and the sessions.
+
+Nothing of the gateway's decision logic is re-implemented here. The wiring mirrors `sessiongate/gateway/router.py`,
+`sessiongate/gateway/chat.py` and `sessiongate/gateway/advisor/service.py`, with the simulated clock in place of
+`time.monotonic`:
+
+- each request: `AdvisorBook.reservation` (advisories on), a `RouteRequest` built as `Router.route_request`
+  builds it (`KVBelief.residency`, the prompt's tokens or the belief's context, whichever is larger; the prompt's
+  text only for `cache_aware`, which matches on it), the policy's `choose` over `WorkerView`s, then
+  `AdvisorBook.claim`; a turn after the first with no claim counts as missed;
+- each finished turn: `KVBelief.after_turn` with the turn's cache report (tokens found on device, in host, in
+  storage, and the storage backend when the system has a pool), then `settle` of the claim and
+  `HintQuality.record`, as `Advisor.on_turn_end`;
+- each hint: `Advisor.signal` (a live advisory is refreshed while the policy, offered it as a reservation, still
+  picks its worker, else withdrawn and settled as cancelled; then `HintQuality.tier`, the policy's choice for the
+  session, a `LiveAdvisory` firing now and expiring after the ttl), the prefetch on the chosen worker, and when it
+  finishes `ready_at` and `KVBelief.after_prefetch` with `prefetch_residency` (only while the advisory is still
+  live, as the gateway's polling loop); expiries settle as wasted (`AdvisorBook.expire`).
+
+Two idealisations, said once: load reports are fresh at every choice (the gateway's are up to 2 s old), and the
+workers' prefill/decode rates in `WorkerView` are left empty so `CostModel` uses the calibration's rates (the
+gateway reads each worker's measured speeds while working, which vary with batch sizes and chunking).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessiongate.benchmarks.metrics import TurnRecord
+from sessiongate.benchmarks.workloads import Hint, HintModel, SessionTrace, plan_hints
+from sessiongate.gateway.advisor.core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
+from sessiongate.gateway.advisor.quality import HintQuality
+from sessiongate.gateway.advisor.stats import AdvisoryStats
+from sessiongate.gateway.advisor.toolkv import ToolKVPolicy
+from sessiongate.gateway.routing import (
+    CacheAware,
+    KVBelief,
+    Reservation,
+    RouteRequest,
+    RoutingPolicy,
+    WorkerView,
+    make_policy,
+)
+
+from .calibration import Calibration
+from .engine import EventLoop, Machine, Request, SharedPool, SimWorker
+from .toolkv import SimToolKV
+
+__all__ = ["SYSTEMS", "SimResult", "SystemSpec", "simulate"]
+
+TENANT = "sim"
+# The gateway's text has about 4 characters a token (`gateway.router._CHARS_PER_TOKEN`); hashing that for every
+# long Mooncake prompt dominates a cache_aware run, so the simulated text has one character a token and the
+# prefix index keeps as many tokens as the gateway's: blocks of 32 tokens instead of 8, a quarter of the work.
+CHARS_PER_TOKEN = 1
+GATEWAY_CHARS_PER_TOKEN = 4
+_GATEWAY_MAX_BLOCKS: int = inspect.signature(CacheAware).parameters["max_blocks"].default
+_HINT_SIGNAL = {"typing": "typing", "tool": "tool_result", "explicit": "explicit"}
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSpec:
+    name: str
+    policy: str
+    host_tier: bool
+    pool: bool
+    advisories: bool
+    # The advisor's tool-call KV lifecycle (sessiongate/gateway/advisor/toolkv.py) in place of the clients' tool hints.
+    tool_kv: bool = False
+    # Views without the token figures (`active_prefill_tokens`, `active_kv_tokens`): what the gateway's load
+    # reports give its policies today (request counts only).
+    counts_only: bool = False
+
+
+SYSTEMS: dict[str, SystemSpec] = {
+    s.name: s
+    for s in (
+        SystemSpec("recompute", "round_robin", host_tier=False, pool=False, advisories=False),
+        SystemSpec("sticky", "sticky", host_tier=True, pool=False, advisories=False),
+        SystemSpec("cache_aware", "cache_aware", host_tier=True, pool=True, advisories=False),
+        SystemSpec("kv_aware", "kv_aware", host_tier=True, pool=True, advisories=False),
+        SystemSpec("kv_aware+advisories", "kv_aware", host_tier=True, pool=True, advisories=True),
+        SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
+        SystemSpec("kv_aware+toolkv", "kv_aware", host_tier=True, pool=True, advisories=True, tool_kv=True),
+        SystemSpec(
+            "kv_aware+toolkv-counts",
+            "kv_aware",
+            host_tier=True,
+            pool=True,
+            advisories=True,
+            tool_kv=True,
+            counts_only=True,
+        ),
+    )
+}
+
+
+@dataclass(slots=True)
+class SimResult:
+    system: str
+    records: list[TurnRecord]
+    bytes_moved: dict[str, int]
+    advisories: dict[str, int]
+    events: int
+    policy: RoutingPolicy
+    advisory_report: dict[str, Any] = field(default_factory=dict)
+
+
+def _segment(session_id: str, turn: int, part: str, chars: int) -> str:
+    unit = f"<{session_id}:{turn}{part}>"
+    return (unit * (chars // len(unit) + 1))[:chars]
+
+
+def session_text(session: SessionTrace, k: int) -> str:
+    """Synthetic prompt text of turn k, `CHARS_PER_TOKEN` characters a token; it extends turn k-1's exactly."""
+    parts = []
+    for j, turn in enumerate(session.turns[: k + 1]):
+        parts.append(_segment(session.id, j, "u", turn.append_tokens * CHARS_PER_TOKEN))
+        if j < k:
+            parts.append(_segment(session.id, j, "a", turn.output_tokens * CHARS_PER_TOKEN))
+    return "".join(parts)
+
+
+class _Cluster:
+    def __init__(
+        self,
+        spec: SystemSpec,
+        cal: Calibration,
+        workers: int,
+        *,
+        hints: HintModel | None,
+        seed: int,
+        ttl_s: float,
+        follow_ups: dict[str, tuple[str, float]],
+    ) -> None:
+        self.spec = spec
+        self.cal = cal
+        self.loop = EventLoop()
+        self.bytes_moved = {"pool->host": 0, "host->device": 0}
+        self.pool = SharedPool(cal.pool_kv_tokens_per_worker * workers) if spec.pool else None
+        # The CPU replay's workers share one machine with the front; GPU workers share nothing.
+        self.machine = Machine(workers, cal.cores) if cal.cores is not None else None
+        self.workers = [
+            SimWorker(
+                f"w{i:02d}",
+                cal,
+                self.loop,
+                host_tier=spec.host_tier,
+                pool=self.pool,
+                on_done=self._turn_done,
+                bytes_moved=self.bytes_moved,
+                machine=self.machine,
+            )
+            for i in range(workers)
+        ]
+        self.by_id = {w.id: w for w in self.workers}
+        self.policy: RoutingPolicy = (
+            CacheAware(max_blocks=_GATEWAY_MAX_BLOCKS * CHARS_PER_TOKEN // GATEWAY_CHARS_PER_TOKEN)
+            if spec.policy == "cache_aware"
+            else make_policy(spec.policy, cost=cal.cost_model())
+        )
+        self.belief = KVBelief()
+        self.book = AdvisorBook(ttl_s=ttl_s)
+        self.quality = HintQuality()
+        self.stats = AdvisoryStats()
+        self.hints = hints if spec.advisories else None
+        self.seed = seed
+        self.follow_ups = follow_ups
+        self.sessions: dict[str, SessionTrace] = {}
+        self.planned: dict[str, dict[int | None, list[Hint]]] = {}
+        self.claims: dict[tuple[str, int], Claim] = {}
+        self.records: list[TurnRecord] = []
+        self._advisory_ids = 0
+        self.tool_kv: SimToolKV | None = None
+        if spec.tool_kv:
+            cost = cal.cost_model()
+            self.tool_kv = SimToolKV(
+                self,
+                ToolKVPolicy(
+                    kv_bytes_per_token=cal.kv_bytes_per_token,
+                    load_bytes_per_s=cost.pool_to_device_bytes_per_s,
+                    load_latency_s=cost.pool_to_device_latency_s,
+                ),
+            )
+
+    # sessions
+
+    def start(self, sessions: Sequence[SessionTrace]) -> None:
+        following = {sid for sid, _ in self.follow_ups.values()}
+        for session in sessions:
+            self.sessions[session.id] = session
+            if self.hints is not None:
+                by_anchor: dict[int | None, list[Hint]] = {}
+                for hint in plan_hints(session, self.hints, random.Random(f"{self.seed}:{session.id}")):
+                    if self.tool_kv is not None and hint.kind == "tool" and hint.turn is not None:
+                        continue  # the gateway learns of the tool call from the turn itself
+                    anchor = hint.after_turn if hint.turn is None else hint.turn - 1
+                    by_anchor.setdefault(anchor, []).append(hint)
+                self.planned[session.id] = by_anchor
+            if session.id not in following:
+                self.loop.at(session.start_s, self._send, (session.id, 0))
+
+    def _send(self, item: tuple[str, int]) -> None:
+        session_id, k = item
+        session = self.sessions[session_id]
+        now = self.loop.now
+        turn = session.turns[k]
+        prompt = session.prompt_tokens(k)
+        if self.tool_kv is not None and turn.kind == "tool":
+            self.tool_kv.tool_returned(TENANT, turn.gap_s)  # its result is in this request: the store records it
+        request = Request(session_id, k, prompt, turn.output_tokens, now)
+        reservation = self.book.reservation(session_id, now) if self.hints is not None else None
+        text = session_text(session, k) if self.spec.policy == "cache_aware" else ""
+        route = RouteRequest(
+            session_id=session_id,
+            tenant_id=TENANT,
+            prompt_tokens=max(prompt, self.belief.context_tokens(session_id)),
+            prompt_text=text,
+            kv=self.belief.residency(session_id, now),
+            reservation=reservation,
+            now=now,
+        )
+        worker = self.by_id[self.policy.choose(route, self._views()).id]
+        if self.hints is not None:
+            claim = self.book.claim(session_id, worker.id, now)
+            if claim is not None:
+                self.claims[(session_id, k)] = claim
+                self.stats.claimed += 1
+            elif k > 0:
+                self.stats.missed += 1
+        if self.machine is not None:
+            self.machine.charge_front(
+                now, self.cal.front_cpu_s_per_turn + turn.output_tokens * self.cal.front_cpu_s_per_token
+            )
+        if self.cal.request_overhead_s > 0:
+            self.loop.at(now + self.cal.request_overhead_s, worker.submit, request)
+        else:
+            worker.submit(request)
+
+    def _views(self) -> list[WorkerView]:
+        if self.spec.counts_only:
+            return [
+                dataclasses.replace(w.view(), active_prefill_tokens=None, active_kv_tokens=None) for w in self.workers
+            ]
+        return [w.view() for w in self.workers]
+
+    def _turn_done(self, request: Request) -> None:
+        now = self.loop.now
+        self.records.append(
+            TurnRecord(
+                system=self.spec.name,
+                session_id=request.session_id,
+                turn=request.turn,
+                sent_s=request.sent_s,
+                first_token_s=request.first_token_s,
+                done_s=request.done_s,
+                prompt_tokens=request.prompt,
+                output_tokens=request.output,
+                cached_device=request.device,
+                cached_host=request.host,
+                cached_pool=request.pool,
+                worker=request.worker,
+                error=request.error,
+            )
+        )
+        session = self.sessions[request.session_id]
+        details: dict[str, Any] = {"device": request.device, "host": request.host, "storage": request.pool}
+        if self.spec.pool:
+            details["storage_backend"] = "pool"
+        if request.error is None:
+            self.belief.after_turn(
+                request.session_id,
+                request.worker,
+                prompt_tokens=request.prompt,
+                completion_tokens=request.output,
+                details=details,
+                now=now,
+            )
+        claim = self.claims.pop((request.session_id, request.turn), None)
+        if claim is not None:
+            self._settle(claim.advisory, settle(claim, details if request.error is None else None), claim.lead_s)
+        k = request.turn
+        for hint in self.planned.get(request.session_id, {}).get(k, ()):
+            at = now + hint.after_prev_end_s if hint.at_s is None else max(now, hint.at_s)
+            self.loop.at(at, self._hint, hint)
+        if k + 1 < len(session.turns):
+            following = session.turns[k + 1]
+            if self.tool_kv is not None and following.kind == "tool" and request.error is None:
+                self.tool_kv.on_tool_call(request.session_id, TENANT)
+            send_at = now + following.gap_s if following.at_s is None else max(now, following.at_s)
+            self.loop.at(send_at, self._send, (request.session_id, k + 1))
+        elif request.session_id in self.follow_ups:
+            next_id, delay = self.follow_ups[request.session_id]
+            self.loop.at(now + delay, self._send, (next_id, 0))
+
+    # the advisor (Advisor.signal / tick / _prefetch / _settle)
+
+    def _hint(self, hint: Hint) -> None:
+        now = self.loop.now
+        session_id = hint.session_id
+        kind = _HINT_SIGNAL[hint.kind]
+        worker: WorkerView | None = None
+        live = self.book.get(session_id, now)
+        if live is not None:
+            # Where would the request go now? The live advisory's worker is offered as a reservation.
+            keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
+            worker = self.policy.choose(self._route_for_hint(session_id, now, keep), self._views())
+            if worker.id == live.worker_id:
+                refreshed = self.book.refresh(session_id, now)
+                if refreshed is not None:
+                    self.loop.at(refreshed.expires_at, self._expire)
+                return
+            self.book.withdraw(session_id)  # the load moved: the request would not go there any more
+            self._settle(live, "cancelled", None)
+        tier = self.quality.tier(session_id, TENANT, kind, now)
+        if tier == "none":
+            self.stats.skipped(kind)
+            return
+        worker = worker or self.policy.choose(self._route_for_hint(session_id, now, None), self._views())
+        self._advisory_ids += 1
+        advisory = LiveAdvisory(
+            id=f"adv-{self._advisory_ids}",
+            session_id=session_id,
+            tenant_id=TENANT,
+            kind=kind,
+            worker_id=worker.id,
+            worker_url=worker.url,
+            target=tier,
+            created_at=now,
+            fire_at=now,
+            expires_at=now + self.book.ttl_s,
+        )
+        self.book.add(advisory)
+        for due in self.book.due(now):
+            self._fire(due)
+        self.loop.at(advisory.expires_at, self._expire)
+
+    def _route_for_hint(self, session_id: str, now: float, reservation: Reservation | None) -> RouteRequest:
+        """`Router.route_request` with no messages: the belief's context is the prompt estimate."""
+        return RouteRequest(
+            session_id=session_id,
+            tenant_id=TENANT,
+            prompt_tokens=self.belief.context_tokens(session_id),
+            kv=self.belief.residency(session_id, now),
+            reservation=reservation,
+            now=now,
+        )
+
+    def _fire(self, advisory: LiveAdvisory) -> None:
+        context = self.belief.context_tokens(advisory.session_id)
+        if context == 0:
+            advisory.ready_at = self.loop.now  # nothing to bring: the reservation alone
+            return
+        if self.machine is not None:  # the gateway and the worker's HTTP process prepare the prefetch on these cores
+            self.machine.charge_front(self.loop.now, self.cal.front_cpu_s_per_advisory)
+        result = self.by_id[advisory.worker_id].prefetch(advisory.session_id, advisory.target)
+        advisory.tokens = context
+
+        def finished(_: object) -> None:
+            if self.book.live.get(advisory.session_id) is not advisory:
+                return  # claimed or withdrawn first: the gateway stops polling and learns nothing
+            advisory.ready_at = self.loop.now
+            advisory.bytes_loaded = result.bytes_loaded
+            resident, tier = prefetch_residency(
+                tokens=context,
+                target=advisory.target,
+                on_device=result.on_device,
+                in_host=result.in_host,
+                unavailable=max(context - result.on_device - result.in_host, 0),
+            )
+            self.belief.after_prefetch(
+                advisory.session_id, advisory.worker_id, tokens=resident, tier=tier, now=self.loop.now
+            )
+
+        self.loop.at(result.ready_s, finished)
+
+    def _expire(self, _: object) -> None:
+        for advisory in self.book.expire(self.loop.now):
+            self._settle(advisory, "cancelled" if advisory.stopped else "wasted", None)
+
+    def _settle(self, advisory: LiveAdvisory, outcome: str, lead_s: float | None) -> None:
+        self.quality.record(advisory.session_id, advisory.tenant_id, advisory.kind, outcome, self.loop.now)
+        self.stats.settled(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
+
+    def advisory_counts(self) -> dict[str, int]:
+        counts = {"used": 0, "late": 0, "wasted": 0, "missed": self.stats.missed, "skipped": 0}
+        for kind in self.stats.kinds.values():
+            for outcome in ("used", "late", "wasted"):
+                counts[outcome] += kind.outcomes.get(outcome, 0)
+            counts["skipped"] += kind.skipped
+        if self.tool_kv is not None:
+            counts.update(self.tool_kv.decisions)
+        return counts
+
+
+def simulate(
+    system: str,
+    sessions: Sequence[SessionTrace],
+    cal: Calibration,
+    *,
+    workers: int,
+    hints: HintModel | None = None,
+    seed: int = 0,
+    ttl_s: float = 30.0,
+    follow_ups: dict[str, tuple[str, float]] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> SimResult:
+    """Run `sessions` through `workers` simulated workers of `system`; deterministic for a seed.
+
+    `follow_ups` chains sessions for closed-loop users: session id -> (the user's next session, seconds between
+    the end of one and the start of the next); a session that follows another ignores its own `start_s`.
+    """
+    spec = SYSTEMS[system]
+    cluster = _Cluster(
+        spec,
+        cal,
+        workers,
+        hints=hints if hints is not None else HintModel(),
+        seed=seed,
+        ttl_s=ttl_s,
+        follow_ups=follow_ups or {},
+    )
+    cluster.start(sessions)
+    cluster.loop.run(progress)
+    cluster.loop.at(cluster.loop.now + ttl_s + 1, cluster._expire)  # settle what is still live
+    cluster.loop.run()
+    records = sorted(cluster.records, key=lambda r: (r.sent_s, r.session_id, r.turn))
+    return SimResult(
+        system=system,
+        records=records,
+        bytes_moved=dict(cluster.bytes_moved),
+        advisories=cluster.advisory_counts() if spec.advisories else {},
+        events=cluster.loop.events,
+        policy=cluster.policy,
+        advisory_report=cluster.stats.report() if spec.advisories else {},
+    )

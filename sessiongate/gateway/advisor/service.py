@@ -1,0 +1,725 @@
+"""The advisor: turns signals into advisory prefetches, and settles each advisory's outcome in the store.
+
+On a signal it picks the worker the router would pick now, leaves a reservation, and asks that worker to
+prefetch the session's context (`store.session_context` plus the tools of the last turn, with the session's
+priority and a ttl). The bookkeeping is `AdvisorBook` (pure); this class adds the I/O, all of it in background
+tasks: nothing the chat path calls here awaits anything, and no advisor failure reaches a user's turn (store
+and worker errors are logged and the advisory is marked failed, which drops its reservation).
+
+With replicas (`gateway.shared`, distributed) each live advisory is also in the shared state. The replica that
+made it (its owner) runs its prefetch and writes there when it fired, finished or failed; before each turn the
+serving replica claims the session's advisory from there (`prepare_turn`: one atomic claim, so one turn on one
+replica gets it) and settles it after the turn, as if it had made it. A signal on a replica that does not hold
+the session's live advisory refreshes or stops the shared one; when the owner's copy expires it asks the shared
+state whether it ended, was extended, or was claimed (then the claimer settled it). Hint quality outcomes go to
+shared lists as well, so the adaptive rule judges a session, tenant or kind by every replica's outcomes. A shared
+state that does not answer leaves each replica with its own book, as with one replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from sessiongate import sessions
+from sessiongate.gateway.errors import UpstreamError, WorkerRejected
+from sessiongate.gateway.extension import ExtensionClient
+from sessiongate.gateway.router import Router
+from sessiongate.gateway.routing import Reservation, WorkerView
+from sessiongate.gateway.shared import SharedAdvisory, SharedState, SharedUnavailable
+from sessiongate.sglang_ext.protocol import PrefetchRequest, SessionKVRequest
+
+from .core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
+from .quality import HintQuality
+from .stats import AdvisoryStats
+from .toolkv import ToolDurations, ToolKVDecision, ToolKVPolicy
+
+__all__ = ["Advisor"]
+
+log = structlog.get_logger(__name__)
+
+_TERMINAL = ("done", "cancelled", "failed", "expired")
+# How long a shared advisory is kept past its expiry, for its owner to find and settle it.
+_KEEP_S = 60.0
+# A time after every expiry: `end_advisory` at it ends an advisory whatever its expiry (a withdrawal).
+_FOREVER = 1e12
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Advisor:
+    def __init__(
+        self,
+        *,
+        store: sessions.SessionStore,
+        router: Router,
+        extension: ExtensionClient,
+        ttl_s: float = 30.0,
+        stop_grace_s: float = 3.0,
+        lead_s: float = 1.0,
+        tool_result_trigger: str = "last",
+        poll_interval_s: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = _utcnow,
+        cache_salt_for: Callable[[str], str] | None = None,
+        missed_flush_s: float = 0.25,
+        shared: SharedState | None = None,
+        replica: str = "",
+        unix: Callable[[], float] = time.time,
+        tool_kv: ToolKVPolicy | None = None,
+    ) -> None:
+        # The tenant's cache salt is part of every KV key: a prefetch without the salt the real request
+        # carries would bring pages the request can never hit.
+        self.cache_salt_for = cache_salt_for
+        self.store = store
+        self.router = router
+        self.extension = extension
+        self.book = AdvisorBook(ttl_s=ttl_s, stop_grace_s=stop_grace_s)
+        self.quality = HintQuality()
+        self.stats = AdvisoryStats()
+        self.tool_kv = tool_kv or ToolKVPolicy()
+        self.tool_durations = ToolDurations()
+        self.lead_s = lead_s
+        self.tool_result_trigger = tool_result_trigger
+        self.poll_interval_s = poll_interval_s
+        self.clock = clock
+        self.wall = wall
+        self._claims: dict[str, Claim] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        # "Missed" records wait here and are written together, at most `missed_flush_s` after the first.
+        self.missed_flush_s = missed_flush_s
+        self._missed: list[sessions.MissedTurn] = []
+        # One signal at a time per session (see `signal`): the lock, and how many signals hold or await it.
+        self._signal_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        # The replicas' shared state (None with one process), this replica's name in it, and Unix time.
+        self.shared = shared if shared is not None and shared.distributed else None
+        self.replica = replica
+        self.unix = unix
+        # Statistics counted since the last tick, added to the replicas' shared counters at the next one.
+        self._counts: dict[str, float] = {}
+
+    # background work
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        await self.flush_missed()
+        await self._flush_counts()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def run(self, interval_s: float = 0.05) -> None:
+        """Fire scheduled advisories and settle expired ones, forever; cancelled at shutdown."""
+        while True:
+            self.tick()
+            await asyncio.sleep(interval_s)
+
+    def tick(self) -> None:
+        if self._counts:
+            self._spawn(self._flush_counts())
+        now = self.clock()
+        for advisory in self.book.due(now):
+            if advisory.fire_at > advisory.created_at:
+                self._retarget(advisory)  # scheduled for later: the router's choice may have changed since
+            self._spawn(self._fire(advisory))
+        for advisory in self.book.expire(now):
+            if advisory.shared:
+                self._spawn(self._end_shared(advisory))
+            else:
+                self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
+
+    def _home_worker(self, session_id: str) -> WorkerView | None:
+        """The routable worker that served the session last (where its KV is), if any."""
+        home = self.router.belief.residency(session_id, self.router.clock()).last_worker
+        return next((w for w in self.router.candidates() if w.id == home), None)
+
+    def _retarget(self, advisory: LiveAdvisory) -> None:
+        """Point a not yet fired advisory at the worker the router would pick now."""
+        worker = self.router.choose(advisory.session_id, advisory.tenant_id)
+        if worker is not None and worker.id != advisory.worker_id:
+            log.info("advisory_retargeted", advisory_id=advisory.id, worker=advisory.worker_id, now_worker=worker.id)
+            advisory.worker_id, advisory.worker_url = worker.id, worker.url
+
+    def _withdrawn(self, advisory: LiveAdvisory, outcome: str) -> None:
+        """An advisory left the book with no request: settle it, and stop its prefetch if still running."""
+        self._settle(advisory, outcome, turn_id=None)
+        if advisory.prefetch_id and advisory.worker_url and advisory.ready_at is None:
+            self._spawn(self._cancel_prefetch(advisory))
+
+    # signals
+
+    def reservation(self, session_id: str) -> Reservation | None:
+        return self.book.reservation(session_id, self.clock())
+
+    async def signal(
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        *,
+        expected_in_s: float | None = None,
+        decision: ToolKVDecision | None = None,
+    ) -> dict[str, Any]:
+        """Handle one signal; returns what was done, for the signal's HTTP answer.
+
+        Signals of one session are handled one at a time: handling reads the book, awaits the store, then writes
+        the book, so two at once would each find no live advisory, each create one and fire its prefetch, and
+        the first, overwritten in the book, would stay `pending` forever. The second now finds the first live
+        and refreshes (or supersedes) it. This lock is per process. With replicas sharing state, a signal on a
+        replica finds another replica's live advisory there and refreshes it; two signals at the same instant on
+        two replicas may still make two advisories (two prefetches), the later one replacing the earlier in the
+        shared state, whose owner then settles it (wasted) when its copy expires: none is left pending.
+        """
+        lock, users = self._signal_locks.get(session_id) or (asyncio.Lock(), 0)
+        self._signal_locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._signal(session_id, tenant_id, kind, expected_in_s, decision)
+        finally:
+            lock, users = self._signal_locks[session_id]
+            if users == 1:
+                del self._signal_locks[session_id]
+            else:
+                self._signal_locks[session_id] = (lock, users - 1)
+
+    async def _signal(
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        expected_in_s: float | None,
+        decision: ToolKVDecision | None = None,
+    ) -> dict[str, Any]:
+        self.stats.signal(kind)
+        self._count({f"{kind}:signals": 1})
+        now = self.clock()
+        if decision is not None:
+            expected_in_s = decision.predicted_s
+            fire_in_s = decision.fire_in_s
+        else:
+            fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
+        worker: WorkerView | None = None
+        live = self.book.get(session_id, now)
+        if live is not None and decision is not None:
+            # The turn that just ended claimed its own advisory: a live one now is a stale hint's, and the tool
+            # call's decision (what holds the KV, when it comes back) supersedes it.
+            self.book.withdraw(session_id)
+            self._withdrawn(live, "cancelled")
+            live = None
+        if live is not None and not live.fired:
+            # A scheduled advisory (a long tool's prefetch) meets a new signal: a tool result before the predicted
+            # return fires it now, at the worker the router picks now.
+            self.book.refresh(session_id, now, fire_in_s=fire_in_s)
+            if live.fire_at > now:
+                return self._answer(live, "refreshed", now)
+            self._retarget(live)
+            for due in self.book.due(now):
+                self._spawn(self._fire(due))
+            log.info("advisory_fired_early", advisory_id=live.id, kind=live.kind, signal=kind)
+            self.stats.tool_kv_event("early")
+            return self._answer(live, "fired", now)
+        if live is not None:
+            # Where would the request go now? The live advisory's worker is offered as a reservation, so a policy
+            # that honours reservations keeps it while it is still a good choice (no thrashing between equals).
+            keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
+            worker = self.router.choose(session_id, tenant_id, reservation=keep)
+            if worker is None or worker.id == live.worker_id:
+                self.book.refresh(session_id, now, fire_in_s=fire_in_s)
+                await self._share_update(live, expires_at=self._to_unix(live.expires_at), stopped=False)
+                return self._answer(live, "refreshed", now)
+            # The load moved since the advisory was made: the request would not go to its worker any more.
+            self.book.withdraw(session_id)
+            log.info("advisory_superseded", advisory_id=live.id, worker=live.worker_id, now_worker=worker.id)
+            if await self._take_back(live):
+                self._withdrawn(live, "cancelled")
+        elif self.shared is not None:
+            refreshed = await self._refresh_elsewhere(session_id, fire_in_s)
+            if refreshed is not None:
+                return refreshed
+        tier = await self._tier(session_id, tenant_id, kind, now)
+        if tier == "none":
+            self.stats.skipped(kind)
+            self._count({f"{kind}:skipped": 1})
+            log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
+            return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
+        if decision is not None and decision.action == "keep":
+            worker = worker or self._home_worker(session_id)  # a short tool: the KV stays where it is
+        worker = worker or self.router.choose(session_id, tenant_id)
+        if worker is None:
+            return {"object": "advisory", "state": "skipped", "reason": "no_routable_worker"}
+        ttl_s = self.book.ttl_s + (expected_in_s or 0.0)
+        wall = self.wall()
+        detail: dict[str, Any] = {
+            "target": tier,
+            "expected_in_ms": None if expected_in_s is None else round(expected_in_s * 1000),
+        }
+        if decision is not None:
+            detail["tool_kv"] = decision.detail()
+        record = await self.store.create_advisory(
+            session_id,
+            tenant_id=tenant_id,
+            kind=kind,
+            target_worker=worker.id,
+            created_at=wall,
+            expires_at=wall + timedelta(seconds=ttl_s),
+            detail=detail,
+        )
+        advisory = LiveAdvisory(
+            id=record.id,
+            session_id=session_id,
+            tenant_id=tenant_id,
+            kind=kind,
+            worker_id=worker.id,
+            worker_url=worker.url,
+            target=tier,
+            created_at=now,
+            fire_at=now + fire_in_s,
+            expires_at=now + ttl_s,
+        )
+        if decision is not None and decision.action == "keep":
+            advisory.action, advisory.retain_s = "retain", decision.retain_s
+        self.book.add(advisory)
+        to_fire = self.book.due(now)
+        if self.shared is not None:  # shared before its prefetch starts, so its updates find it
+            await self._share(advisory)
+        for each in to_fire:
+            self._spawn(self._fire(each))
+        log.info("advisory_created", advisory_id=record.id, kind=kind, worker=worker.id, target=tier)
+        return self._answer(advisory, "fired" if advisory.fired else "scheduled", now)
+
+    async def stopped(self, session_id: str) -> dict[str, Any]:
+        now = self.clock()
+        advisory = self.book.stop(session_id, now)
+        if advisory is None and self.shared is not None:
+            return await self._stop_elsewhere(session_id)
+        if advisory is None:
+            return {"object": "advisory", "state": "none"}
+        await self._share_update(advisory, expires_at=self._to_unix(advisory.expires_at), stopped=True)
+        return self._answer(advisory, "stopping", now)
+
+    def _answer(self, advisory: LiveAdvisory, state: str, now: float) -> dict[str, Any]:
+        return {
+            "object": "advisory",
+            "id": advisory.id,
+            "state": state,
+            "kind": advisory.kind,
+            "worker": advisory.worker_id,
+            "target": advisory.target,
+            "expires_in_s": round(max(advisory.expires_at - now, 0.0), 3),
+        }
+
+    # the chat path (synchronous: never delays a turn; with replicas, one shared round trip before routing)
+
+    async def prepare_turn(self, session_id: str) -> None:
+        """Replicas only: claim the session's shared advisory into this replica's book (where `reservation` and
+        `on_request` find it, as if made here) and take the shared KV belief. Unreachable: the book decides."""
+        if self.shared is None:
+            return
+        try:
+            turn = await self.shared.begin_turn(session_id, self.unix())
+        except SharedUnavailable:
+            return
+        self.router.load_kv(session_id, turn.kv)
+        local, record = self.book.live.get(session_id), turn.advisory
+        if local is not None and record is not None and local.id == record.id:
+            local.shared = False  # claimed out of the shared state: this replica's alone now
+            return
+        if local is not None and local.shared:
+            # Not claimable: claimed by a turn on another replica, expired, or replaced there. Its end (the shared
+            # state says which) settles it, or leaves it to the replica that claimed it.
+            if record is None:
+                local.expires_at = min(local.expires_at, self.clock())  # the next tick ends it
+            else:
+                self.book.withdraw(session_id)
+                self._spawn(self._end_shared(local))
+        elif local is not None and record is not None:
+            self.book.withdraw(session_id)  # made here while the shared state was down: the shared one wins
+            self._withdrawn(local, "cancelled")
+        if record is None:
+            return
+        self.book.add(self._from_shared(record))
+
+    def on_request(self, session_id: str, tenant_id: str, turn_id: str, turn_seq: int, worker_id: str) -> None:
+        claim = self.book.claim(session_id, worker_id, self.clock())
+        if claim is not None:
+            self._claims[turn_id] = claim
+            self.stats.claimed += 1
+            self._count({"claimed": 1})
+        elif turn_seq > 1:
+            self.stats.missed += 1
+            self._count({"missed": 1})
+            self._missed.append(sessions.MissedTurn(session_id, tenant_id, turn_id, self.wall()))
+            if len(self._missed) == 1:
+                self._spawn(self._flush_missed_later())
+
+    def on_turn_end(
+        self,
+        session_id: str,
+        tenant_id: str,
+        turn_id: str,
+        *,
+        cache_details: Mapping[str, Any] | None,
+        tool_names: Sequence[str] = (),
+    ) -> None:
+        claim = self._claims.pop(turn_id, None)
+        if claim is not None:
+            self._settle(claim.advisory, settle(claim, cache_details), turn_id=turn_id, lead_s=claim.lead_s)
+        if tool_names:
+            decision = self.plan_tool_kv(session_id, tenant_id, tool_names)
+            self._spawn(self._signal_quietly(session_id, tenant_id, "tool_call", None, decision=decision))
+
+    def plan_tool_kv(self, session_id: str, tenant_id: str, tool_names: Sequence[str]) -> ToolKVDecision:
+        """Keep the session's KV on the device through its tools, or let it go and prefetch it back (toolkv.py)."""
+        predicted_s, source = self.tool_kv.predict(self.tool_durations, tenant_id, tool_names)
+        context = self.router.belief.context_tokens(session_id)
+        decision = self.tool_kv.decide(predicted_s, context, source=source, tools=tool_names)
+        self.stats.tool_kv_event(decision.action)
+        return decision
+
+    async def on_tool_result(self, call: sessions.ToolCallRecord, tenant_id: str) -> dict[str, Any] | None:
+        """A tool result was posted: learn its duration; advise at the first or the last of the turn's calls."""
+        if call.duration_ms is not None:
+            self.book.record_tool_duration(call.name, call.duration_ms / 1000)
+            self.tool_durations.record(tenant_id, call.name, call.duration_ms / 1000)
+        pending = await self.store.pending_tool_calls(call.session_id, tenant_id=tenant_id)
+        left = [c for c in pending if c.turn_id == call.turn_id]
+        if self.tool_result_trigger == "last" and left:
+            return None
+        return await self.signal(call.session_id, tenant_id, "tool_result")
+
+    # I/O, in background tasks
+
+    async def _signal_quietly(
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        expected_in_s: float | None,
+        *,
+        decision: ToolKVDecision | None = None,
+    ) -> None:
+        try:
+            await self.signal(session_id, tenant_id, kind, expected_in_s=expected_in_s, decision=decision)
+        except sessions.StoreError as exc:
+            log.warning("advisory_not_created", kind=kind, error=str(exc))
+
+    async def _fire(self, advisory: LiveAdvisory) -> None:
+        if not await self._share_update(advisory, fired=True):
+            return  # a turn on another replica claimed it before it was due: nothing left to prefetch for
+        try:
+            await self._prefetch(advisory)
+        except (UpstreamError, sessions.StoreError) as exc:
+            advisory.failed = True
+            await self._share_update(advisory, failed=True)
+            unsupported = isinstance(exc, WorkerRejected) and exc.status_code == 404
+            log.info("prefetch_failed", advisory_id=advisory.id, worker=advisory.worker_id, unsupported=unsupported)
+
+    async def _prefetch(self, advisory: LiveAdvisory) -> None:
+        session_id, tenant_id = advisory.session_id, advisory.tenant_id
+        context = await self.store.session_context(session_id, tenant_id=tenant_id)
+        if not context:
+            advisory.ready_at = self.clock()  # nothing to bring: the reservation alone
+            await self._share_update(advisory, ready_at=self.unix())
+            return
+        record = await self.store.get_session(session_id, tenant_id=tenant_id)
+        tools = await self._last_tools(session_id, tenant_id, record.turn_count)
+        if advisory.action == "retain" and await self._retain(advisory, context, tools, record.priority):
+            return
+        request = PrefetchRequest(
+            session_id=session_id,
+            messages=context,
+            tools=tools,
+            priority=record.priority,
+            ttl_ms=max(int((advisory.expires_at - self.clock()) * 1000), 1),
+            target="host" if advisory.target == "host" else "device",
+            cache_salt=self.cache_salt_for(tenant_id) if self.cache_salt_for else None,
+        )
+        url = advisory.worker_url or ""
+        self.stats.prefetch_sent(request.target)
+        sent_at = self.clock()
+        accepted = await self.extension.prefetch(advisory.worker_id, url, request)
+        advisory.prefetch_id, advisory.tokens = accepted.prefetch_id, accepted.tokens
+        state, status = accepted.state, None
+        while state not in _TERMINAL and self.book.live.get(session_id) is advisory:
+            await asyncio.sleep(self.poll_interval_s)
+            status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
+            state = status.state
+        if state == "done":
+            advisory.ready_at = ready_at = self.clock()
+            if status is None:  # done on arrival: read what it brought
+                status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
+            advisory.bytes_loaded = status.bytes_loaded
+            await self._share_update(advisory, ready_at=self._to_unix(ready_at), bytes_loaded=status.bytes_loaded)
+            self.stats.prefetch_done(ready_at - sent_at, status.bytes_loaded)
+            resident, tier = prefetch_residency(
+                tokens=status.tokens,
+                target=status.target,
+                on_device=status.pages_on_device,
+                in_host=status.pages_in_host,
+                unavailable=status.pages_unavailable,
+            )
+            self.router.belief.after_prefetch(
+                session_id, advisory.worker_id, tokens=resident, tier=tier, now=self.clock()
+            )
+            await self.router.publish_kv(session_id)
+            log.info(
+                "prefetch_done",
+                advisory_id=advisory.id,
+                worker=advisory.worker_id,
+                resident_tokens=resident,
+                pages_on_device=status.pages_on_device,
+                pages_in_host=status.pages_in_host,
+                pages_unavailable=status.pages_unavailable,
+            )
+        elif state in _TERMINAL:
+            advisory.failed = True
+            await self._share_update(advisory, failed=True)
+
+    async def _retain(
+        self, advisory: LiveAdvisory, context: list[dict[str, Any]], tools: list[dict[str, Any]] | None, priority: int
+    ) -> bool:
+        """Keep a short tool's KV on the device where it is; False when that worker holds none of it."""
+        request = SessionKVRequest(
+            messages=context,
+            tools=tools,
+            priority=priority + self.tool_kv.retain_priority_boost,
+            ttl_ms=max(int(advisory.retain_s * 1000), 1),
+            cache_salt=self.cache_salt_for(advisory.tenant_id) if self.cache_salt_for else None,
+        )
+        result = await self.extension.session_kv(
+            advisory.worker_id, advisory.worker_url or "", advisory.session_id, "retain", request
+        )
+        advisory.tokens = result.tokens
+        if result.device_tokens + result.host_tokens == 0:
+            log.info("retain_found_nothing", advisory_id=advisory.id, worker=advisory.worker_id)
+            self.stats.tool_kv_event("retain_fallback")
+            advisory.action = "prefetch"
+            return False
+        advisory.ready_at = self.clock()
+        advisory.bytes_loaded = 0
+        return True
+
+    async def _last_tools(self, session_id: str, tenant_id: str, turn_count: int) -> list[dict[str, Any]] | None:
+        turns = await self.store.list_turns(session_id, tenant_id=tenant_id, after_seq=max(turn_count - 1, 0), limit=1)
+        tools = turns[-1].request.get("tools") if turns else None
+        return tools if isinstance(tools, list) and tools else None
+
+    async def _cancel_prefetch(self, advisory: LiveAdvisory) -> None:
+        assert advisory.prefetch_id is not None
+        assert advisory.worker_url is not None
+        try:
+            await self.extension.cancel_prefetch(advisory.worker_id, advisory.worker_url, advisory.prefetch_id)
+        except UpstreamError as exc:
+            log.debug("prefetch_cancel_failed", advisory_id=advisory.id, error=exc.message)
+
+    def _settle(
+        self, advisory: LiveAdvisory, outcome: str, *, turn_id: str | None, lead_s: float | None = None
+    ) -> None:
+        self.quality.record(advisory.session_id, advisory.tenant_id, advisory.kind, outcome, self.clock())
+        if self.shared is not None and outcome in ("used", "late", "wasted"):
+            self._spawn(self._share_outcome(advisory, outcome == "wasted"))
+        self.stats.settled(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
+        self._count(AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded))
+        log.info("advisory_settled", advisory_id=advisory.id, kind=advisory.kind, outcome=outcome)
+        self._spawn(self._resolve(advisory.id, outcome, turn_id))
+
+    async def _resolve(self, advisory_id: str, outcome: str, turn_id: str | None) -> None:
+        try:
+            await self.store.resolve_advisory(advisory_id, outcome=outcome, resolved_at=self.wall(), turn_id=turn_id)
+        except sessions.StoreError as exc:
+            log.warning("advisory_not_resolved", advisory_id=advisory_id, error=str(exc))
+
+    async def _flush_missed_later(self) -> None:
+        await asyncio.sleep(self.missed_flush_s)
+        await self.flush_missed()
+
+    async def flush_missed(self) -> None:
+        """Write the waiting "missed" records in one store write (a turn's own writes come first; these are
+        statistics, so a batch lost to a store outage is logged, not retried)."""
+        batch, self._missed = self._missed, []
+        if not batch:
+            return
+        try:
+            await self.store.record_missed_turns(batch)
+        except sessions.StoreError as exc:
+            log.warning("advisory_not_recorded", outcome="missed", turns=len(batch), error=str(exc))
+
+    # replicas: the shared copy of the book (every method here is a no-op or unused with one process)
+
+    def _to_unix(self, monotonic: float) -> float:
+        return monotonic - self.clock() + self.unix()
+
+    def _from_shared(self, record: SharedAdvisory) -> LiveAdvisory:
+        """Another replica's advisory, claimed by a turn here, on this process's clock."""
+        offset = self.clock() - self.unix()
+        return LiveAdvisory(
+            id=record.id,
+            session_id=record.session_id,
+            tenant_id=record.tenant_id,
+            kind=record.kind,
+            worker_id=record.worker_id,
+            worker_url=record.worker_url,
+            target=record.target,
+            created_at=self.clock(),
+            fire_at=self.clock(),
+            expires_at=record.expires_at + offset,
+            fired=record.fired,
+            ready_at=None if record.ready_at is None else record.ready_at + offset,
+            failed=record.failed,
+            stopped=record.stopped,
+            bytes_loaded=record.bytes_loaded,
+        )
+
+    async def _share(self, advisory: LiveAdvisory) -> None:
+        assert self.shared is not None
+        record = SharedAdvisory(
+            id=advisory.id,
+            session_id=advisory.session_id,
+            tenant_id=advisory.tenant_id,
+            kind=advisory.kind,
+            worker_id=advisory.worker_id,
+            worker_url=advisory.worker_url or "",
+            target=advisory.target,
+            owner=self.replica,
+            expires_at=self._to_unix(advisory.expires_at),
+            fired=advisory.fired,
+            failed=advisory.failed,
+        )
+        try:
+            await self.shared.put_advisory(record, keep_s=_KEEP_S)
+        except SharedUnavailable:
+            return  # this replica's alone: only a turn here can claim it
+        advisory.shared = True
+
+    async def _share_update(self, advisory: LiveAdvisory, **changes: Any) -> bool:
+        """Write changes of a shared advisory; False only when the shared state no longer holds it (claimed or
+        replaced through another replica)."""
+        if self.shared is None or not advisory.shared:
+            return True
+        try:
+            return await self.shared.update_advisory(advisory.session_id, advisory.id, _KEEP_S, **changes)
+        except SharedUnavailable:
+            return True  # a turn on another replica judges the advisory by what it last found there
+
+    async def _take_back(self, advisory: LiveAdvisory) -> bool:
+        """Remove a superseded advisory from the shared state before settling it here; False when a turn on
+        another replica claimed it first (that replica settles it)."""
+        if self.shared is None or not advisory.shared:
+            return True
+        try:
+            state, _ = await self.shared.end_advisory(advisory.session_id, advisory.id, _FOREVER)
+        except SharedUnavailable:
+            return True
+        return state != "gone"
+
+    async def _refresh_elsewhere(self, session_id: str, fire_in_s: float) -> dict[str, Any] | None:
+        """A signal for a session whose live advisory another replica owns: extend that one (debounce across
+        replicas) instead of starting a second prefetch. None when there is none (or the shared state is down)."""
+        assert self.shared is not None
+        unix = self.unix()
+        try:
+            record = await self.shared.get_advisory(session_id)
+            if record is None or record.expires_at <= unix:
+                return None
+            expires_at = max(record.expires_at, unix + fire_in_s + self.book.ttl_s)
+            if not await self.shared.update_advisory(
+                session_id, record.id, _KEEP_S, expires_at=expires_at, stopped=False
+            ):
+                return None
+        except SharedUnavailable:
+            return None
+        return self._answer(self._from_shared(record), "refreshed", self.clock()) | {
+            "expires_in_s": round(expires_at - unix, 3)
+        }
+
+    async def _stop_elsewhere(self, session_id: str) -> dict[str, Any]:
+        assert self.shared is not None
+        unix = self.unix()
+        try:
+            record = await self.shared.get_advisory(session_id)
+            if record is None or record.expires_at <= unix:
+                return {"object": "advisory", "state": "none"}
+            expires_at = min(record.expires_at, unix + self.book.stop_grace_s)
+            await self.shared.update_advisory(session_id, record.id, _KEEP_S, expires_at=expires_at, stopped=True)
+        except SharedUnavailable:
+            return {"object": "advisory", "state": "none"}
+        return self._answer(self._from_shared(record), "stopping", self.clock()) | {
+            "expires_in_s": round(expires_at - unix, 3)
+        }
+
+    async def _end_shared(self, advisory: LiveAdvisory) -> None:
+        """This replica's copy of a shared advisory expired: settle it unless a turn claimed it (anywhere) or a
+        signal on another replica extended it."""
+        assert self.shared is not None
+        try:
+            state, record = await self.shared.end_advisory(advisory.session_id, advisory.id, self.unix())
+        except SharedUnavailable:
+            state, record = "ended", None
+        if state == "gone":
+            log.info("advisory_claimed_elsewhere", advisory_id=advisory.id)
+            return
+        if record is not None:
+            advisory.stopped = record.stopped
+        if state == "extended" and record is not None and self.book.live.get(advisory.session_id) is None:
+            advisory.expires_at = record.expires_at - self.unix() + self.clock()
+            self.book.add(advisory)
+            return
+        self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
+
+    async def _tier(self, session_id: str, tenant_id: str, kind: str, now: float) -> str:
+        """The adaptive rule's tier, by every replica's outcomes when they are shared (else this one's)."""
+        if self.shared is not None:
+            keys = [f"{a}:{b}" for a, b in self.quality.keys(session_id, tenant_id, kind)]
+            try:
+                return self.quality.tier_of(await self.shared.samples(keys), self.unix())
+            except SharedUnavailable:
+                pass
+        return self.quality.tier(session_id, tenant_id, kind, now)
+
+    async def _share_outcome(self, advisory: LiveAdvisory, wasted: bool) -> None:
+        assert self.shared is not None
+        keys = [f"{a}:{b}" for a, b in self.quality.keys(advisory.session_id, advisory.tenant_id, advisory.kind)]
+        with contextlib.suppress(SharedUnavailable):
+            await self.shared.add_sample(
+                keys, (self.unix(), wasted), max_len=self.quality.max_samples, ttl_s=self.quality.window_s
+            )
+
+    def _count(self, counts: dict[str, float]) -> None:
+        if self.shared is None:
+            return
+        for name, by in counts.items():
+            self._counts[name] = self._counts.get(name, 0) + by
+
+    async def _flush_counts(self) -> None:
+        counts, self._counts = self._counts, {}
+        if self.shared is None or not counts:
+            return
+        with contextlib.suppress(SharedUnavailable):  # statistics: a batch lost to an outage is not retried
+            await self.shared.incr("advisories", counts)
+
+    async def report(self) -> dict[str, Any]:
+        """The advisory statistics: every replica's together when they share state (else, or while the shared
+        state does not answer, this replica's), with the scope they cover."""
+        if self.shared is not None:
+            try:
+                counters = await self.shared.counters("advisories")
+            except SharedUnavailable:
+                pass
+            else:
+                # This replica's counts not yet flushed belong in it too.
+                for name, by in self._counts.items():
+                    counters[name] = counters.get(name, 0) + by
+                return AdvisoryStats.from_counters(counters).report() | {"scope": "replicas"}
+        return self.stats.report() | {"scope": "replica"}

@@ -1,0 +1,302 @@
+"""The gateway's ASGI application: routes, middleware, error handlers, and the lifespan that owns resources.
+
+`create_app(settings)` is the only constructor. The lifespan opens the shared HTTP client and the store,
+starts the worker health loop, and yields the typed `GatewayState` that handlers read from
+`request.state.gateway`. Tests inject `worker_transport` (an ASGI app speaking SGLang's HTTP API) and/or a
+ready `store`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import structlog
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
+
+from sessiongate import sessions
+
+from .admin_api import admin_routes
+from .advisor.signals import signal_routes
+from .auth import authentication_mode
+from .chat import chat_completions
+from .errors import exception_handlers
+from .health import healthz, list_models, metrics, readyz
+from .keys_api import key_routes
+from .limits import TenantLimits
+from .metrics import GatewayMetrics
+from .middleware import BodyLimit, HeaderLimit, RequestContext
+from .openapi import openapi_json
+from .routing import RoutingPolicy
+from .sessions_api import (
+    create_session,
+    delete_session,
+    get_session,
+    list_messages,
+    list_sessions,
+    list_turns,
+    update_session,
+)
+from .settings import GatewaySettings
+from .shared import make_shared
+from .state import GatewayState
+from .tenancy import CacheSalts, KeyRing
+from .upstream import WorkerClient, make_chat_session, make_http_client
+from .webui import ui_routes
+from .wiring import start_routing
+from .workers import WorkerPool
+
+__all__ = ["DuplicateInstance", "create_app"]
+
+log = structlog.get_logger(__name__)
+
+
+def _routes() -> list[Route]:
+    return [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/sessions", create_session, methods=["POST"]),
+        Route("/v1/sessions", list_sessions, methods=["GET"]),
+        Route("/v1/sessions/{session_id}", get_session, methods=["GET"]),
+        Route("/v1/sessions/{session_id}", update_session, methods=["PATCH"]),
+        Route("/v1/sessions/{session_id}", delete_session, methods=["DELETE"]),
+        Route("/v1/sessions/{session_id}/turns", list_turns, methods=["GET"]),
+        Route("/v1/sessions/{session_id}/messages", list_messages, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        *key_routes(),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+        *signal_routes(),
+        *admin_routes(),
+        *ui_routes(),
+    ]
+
+
+def create_app(
+    settings: GatewaySettings,
+    *,
+    worker_transport: httpx.AsyncBaseTransport | None = None,
+    store: sessions.SessionStore | None = None,
+    policy: RoutingPolicy | None = None,
+) -> Starlette:
+    gateway_metrics = GatewayMetrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
+        async with contextlib.AsyncExitStack() as stack:
+            http = make_http_client(
+                connect_timeout_s=settings.upstream_connect_timeout_s,
+                read_timeout_s=settings.upstream_read_timeout_s,
+                transport=worker_transport,
+                worker_api_key=settings.worker_api_key,
+            )
+            stack.push_async_callback(http.aclose)
+            chat_session = None
+            if worker_transport is None:
+                chat_session = make_chat_session(
+                    connect_timeout_s=settings.upstream_connect_timeout_s,
+                    read_timeout_s=settings.upstream_read_timeout_s,
+                    worker_api_key=settings.worker_api_key,
+                )
+                stack.push_async_callback(chat_session.close)
+            the_store = store
+            if the_store is None:
+                if settings.auto_migrate:
+                    await sessions.upgrade(settings.database_url)
+                the_store = sessions.SqlSessionStore(sessions.create_engine(settings.database_url))
+                stack.push_async_callback(the_store.close)
+            instance, run = settings.instance_id or f"{socket.gethostname()}:{settings.port}", secrets.token_hex(8)
+            await _lease_instance(the_store, settings, instance, run)
+            stack.push_async_callback(_release_instance, the_store, instance, run)
+
+            async def renew_lease() -> None:
+                if not await the_store.heartbeat_instance(instance, run=run):
+                    log.error("instance_lease_lost", instance=instance, detail="another process took this id over")
+
+            stack.callback(asyncio.create_task(_every(settings.instance_lease_s / 3, renew_lease)).cancel)
+            await _fail_stale_turns(the_store, settings, instance, run)
+            pool = WorkerPool(
+                settings.workers,
+                http,
+                health_timeout_s=settings.health_timeout_s,
+                unhealthy_after=settings.unhealthy_after,
+            )
+            await pool.check_all()  # serve knowing which workers answer
+            health = asyncio.create_task(pool.run_health_checks(settings.health_interval_s))
+            stack.callback(health.cancel)
+            shared = make_shared(settings.redis_url, prefix=settings.redis_prefix, timeout_s=settings.redis_timeout_s)
+            stack.push_async_callback(shared.aclose)
+            if shared.distributed:
+                log.info("shared_state", backend="redis", prefix=settings.redis_prefix, replica=f"{instance}/{run}")
+            limits = TenantLimits(
+                max_concurrent=settings.tenant_max_concurrent,
+                tokens_per_minute=settings.tenant_tokens_per_minute,
+                shared=shared,
+            )
+
+            async def reload_limits() -> None:
+                limits.replace_overrides(await the_store.list_tenants(with_overrides=True))
+
+            async def sweep_idempotency_keys() -> None:
+                cutoff = datetime.now(UTC) - timedelta(seconds=settings.idempotency_retention_s)
+                if count := await the_store.delete_idempotency_keys(created_before=cutoff):
+                    log.info("idempotency_keys_expired", count=count)
+
+            await reload_limits()
+            for job, interval in (
+                (reload_limits, settings.key_cache_ttl_s),
+                (sweep_idempotency_keys, settings.idempotency_sweep_interval_s),
+            ):
+                stack.callback(asyncio.create_task(_every(interval, job)).cancel)
+            salts = CacheSalts(_salt_secret(settings))
+            routing = await start_routing(
+                stack, settings, pool, http, the_store, shared, f"{instance}/{run}", policy, salts.for_tenant
+            )
+            gateway_metrics.watch_advisories(routing.advisor.stats)
+            state = GatewayState(
+                settings=settings,
+                http=http,
+                workers=pool,
+                worker_client=WorkerClient(
+                    http, read_timeout_s=settings.upstream_read_timeout_s, chat_session=chat_session
+                ),
+                policy=routing.router.policy,
+                store=the_store,
+                metrics=gateway_metrics,
+                keys=KeyRing(the_store, ttl_s=settings.key_cache_ttl_s),
+                limits=limits,
+                salts=salts,
+                instance=instance,
+                run=run,
+                router=routing.router,
+                advisor=routing.advisor,
+                extension=routing.extension,
+                webhook=routing.webhook,
+                shared=shared,
+            )
+            log.info(
+                "gateway_started",
+                workers=list(settings.workers),
+                policy=state.policy.name,
+                authentication=authentication_mode(settings),
+            )
+            yield {"gateway": state}
+
+    app = Starlette(
+        routes=_routes(),
+        middleware=[
+            Middleware(RequestContext, metrics=gateway_metrics),
+            Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
+            Middleware(HeaderLimit, max_bytes=settings.max_header_bytes),
+        ],
+        exception_handlers=exception_handlers(),
+        lifespan=lifespan,
+    )
+    app.state.models_cache = {"expires": 0.0, "data": []}
+    return app
+
+
+class DuplicateInstance(RuntimeError):
+    """Another live gateway holds this instance id: starting would fail its in-flight turns."""
+
+
+def _dead_on_this_host(holder: sessions.InstanceLease) -> bool:
+    """Whether the holder ran on this host and its process is gone (a crash: no need to wait out its lease)."""
+    if holder.host != socket.gethostname():
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # a process of another user has that pid: alive
+        return False
+    return False
+
+
+async def _lease_instance(store: sessions.SessionStore, settings: GatewaySettings, instance: str, run: str) -> None:
+    """Claim the instance id, or raise `DuplicateInstance`. A holder elsewhere whose heartbeat is recent may have
+    just crashed: its lease is watched until it would expire, and only a holder that keeps renewing it wins."""
+
+    async def claim() -> sessions.InstanceLease | None:
+        return await store.claim_instance(
+            instance,
+            run=run,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            stale_before=datetime.now(UTC) - timedelta(seconds=settings.instance_lease_s),
+            holder_dead=_dead_on_this_host,
+        )
+
+    holder = await claim()
+    if holder is None:
+        return
+    log.warning(
+        "instance_id_held", instance=instance, host=holder.host, pid=holder.pid, wait_s=settings.instance_lease_s
+    )
+    await asyncio.sleep(settings.instance_lease_s)
+    holder = await claim()
+    if holder is None:
+        return
+    age = (datetime.now(UTC) - holder.heartbeat_at).total_seconds()
+    message = (
+        f"Another live gateway uses instance id {instance!r} (host {holder.host}, pid {holder.pid}, heartbeat "
+        f"{age:.1f} s ago). Give each replica its own SESSIONGATE_INSTANCE_ID: two with one id fail each "
+        "other's in-flight turns."
+    )
+    log.error("duplicate_instance_id", instance=instance, host=holder.host, pid=holder.pid)
+    raise DuplicateInstance(message)
+
+
+async def _release_instance(store: sessions.SessionStore, instance: str, run: str) -> None:
+    try:
+        await store.release_instance(instance, run=run)
+    except sessions.StoreError as exc:  # the lease then expires on its own
+        log.warning("instance_lease_not_released", error=str(exc))
+
+
+async def _fail_stale_turns(store: sessions.SessionStore, settings: GatewaySettings, instance: str, run: str) -> None:
+    """Turns left pending by a gateway that died: this replica's earlier runs' at once (a replica runs one process
+    at a time, so nothing serves them any more); any replica's once none can still be serving them."""
+    mine = await store.fail_pending_turns(
+        gateway_instance=instance,
+        except_run=run,
+        error_message="The gateway restarted before this turn finished.",
+    )
+    if mine:
+        log.warning("interrupted_turns_failed", count=mine, instance=instance)
+    cutoff = datetime.now(UTC) - timedelta(seconds=settings.upstream_read_timeout_s)
+    count = await store.fail_pending_turns(
+        older_than=cutoff, error_message="The gateway stopped before this turn finished."
+    )
+    if count:
+        log.warning("stale_turns_failed", count=count)
+
+
+async def _every(interval_s: float, job: Callable[[], Awaitable[None]]) -> None:
+    """Run `job` every `interval_s` until cancelled; a store outage skips a round instead of ending the loop."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await job()
+        except sessions.StoreError as exc:
+            log.warning("periodic_job_failed", job=job.__name__, error=str(exc))
+
+
+def _salt_secret(settings: GatewaySettings) -> bytes:
+    if settings.cache_salt_secret:
+        return settings.cache_salt_secret.encode()
+    log.warning(
+        "cache_salt_secret_random",
+        detail="SESSIONGATE_CACHE_SALT_SECRET is not set: tenant cache salts change at every start and differ "
+        "between replicas, so cached KV is not reused across them",
+    )
+    return secrets.token_bytes(32)

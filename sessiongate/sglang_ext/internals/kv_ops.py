@@ -1,0 +1,352 @@
+"""Session KV operations on SGLang 0.5.23's UnifiedRadixCache (scheduler thread only).
+
+- `install_fate_order`: puts `kv_fate.KVFate`'s ranking in front of the tree core's eviction
+  strategy, so SGLang's own eviction (device and host tiers) takes pages in sessiongate's order.
+  Needs the Python tree core (`UnifiedTreeCore`): SGLang 0.5.23's Rust core keeps node priority
+  inside Rust (set only by an insert's `InsertParams.priority`, raised only) and its eviction
+  order cannot be extended. The plug-in selects the Python core in every scheduler
+  (`PYTHON_TREE_CORE_ENV`); it is the core SGLang itself falls back to for session-aware caching.
+- `session_pages`: the tree nodes that hold a context's pages, by a read-only walk (no split, no
+  access-time bump: looking must not count as using).
+- `drop_pages`: the nodes of a context that are the session's alone and not in use, removed
+  from the device and host tiers by SGLang's own eviction (they rank first while it runs), and
+  their page files deleted from the `file` L3 pool.
+
+Which pages are the session's (documented in docs/prefetch.md, "Session KV operations"):
+the context's path in the tree, plus everything below the context's last page when the context
+ends inside the tree (its continuation: the turn's own output). A drop takes only the part that
+no other context in this tree continues: it climbs from the bottom while a node has no other
+child, so a prefix that another cached context shares (a common system prompt) stays, in every
+tier. A node that a running request holds (device lock) or that a transfer holds (host lock)
+stays too, with its pool pages. Pages of the context this tree does not hold at all are the
+session's alone as far as this worker can tell, and their pool files are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sessiongate.sglang_ext.kv_fate import KVFate
+from sessiongate.sglang_ext.pool_probe import PoolProbe
+
+__all__ = [
+    "PYTHON_TREE_CORE_ENV",
+    "DropOutcome",
+    "SessionPages",
+    "Unsupported",
+    "context_page_hashes",
+    "drop_pages",
+    "install_fate_order",
+    "pool_pages_present",
+    "session_pages",
+    "tier_tokens",
+]
+
+logger = logging.getLogger(__name__)
+
+PYTHON_TREE_CORE_ENV = ("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")
+_FATE_ATTR = "_sessiongate_fate_order"
+
+
+class Unsupported(Exception):
+    """The engine's cache cannot do this (another tree core or cache class)."""
+
+
+class _FateOrder:
+    """An eviction strategy: sessiongate's rank first, then the strategy SGLang configured."""
+
+    def __init__(self, base: Any, fate: KVFate, clock: Callable[[], float]) -> None:
+        self.base = base
+        self._fate = fate
+        self._clock = clock
+
+    def get_priority(self, node: Any) -> tuple[Any, ...]:
+        return (*self._fate.eviction_rank(node, self._clock()), self.base.get_priority(node))
+
+
+def _python_core(cache: Any) -> Any:
+    core = getattr(cache, "tree_core", None)
+    if core is None or not hasattr(core, "eviction_strategy") or not hasattr(core, "root_node"):
+        raise Unsupported(
+            f"the radix cache ({type(cache).__name__}, tree core {type(core).__name__}) is not SGLang's "
+            "UnifiedRadixCache with the Python tree core"
+        )
+    return core
+
+
+def install_fate_order(cache: Any, fate: KVFate, clock: Callable[[], float]) -> bool:
+    """Rank evictions by `fate` first; False (and nothing changed) on a cache that cannot."""
+    try:
+        core = _python_core(cache)
+    except Unsupported as error:
+        logger.warning("sessiongate: KV priority and drop unavailable: %s", error)
+        return False
+    if isinstance(core.eviction_strategy, _FateOrder):
+        return True
+    core.eviction_strategy = _FateOrder(core.eviction_strategy, fate, clock)
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    # The Full component binds the strategy's method on its first eviction (unless session-aware
+    # caching wraps it); unbind it so the next eviction binds the new one.
+    full = core.components_by_type.get(ComponentType.FULL)
+    if full is not None and not cache.enable_session_radix_cache:
+        full.session_ref_eviction_strategy = None
+    return True
+
+
+def _full(node: Any) -> Any:
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+    return node.component_data[ComponentType.FULL]
+
+
+@dataclass(frozen=True)
+class SessionPages:
+    """Where a context lies in the tree (nodes are the tree core's own objects)."""
+
+    path: list[Any]
+    """Nodes along the context from the root (excluded); the last may hold more than the context."""
+    starts: list[int]
+    """Token offset of each path node in the context."""
+    matched_tokens: int
+    ended: bool
+    """The context's last whole page is in the tree: nodes below the path continue it."""
+    below: list[Any]
+    """When `ended`: every node under the last path node (the context's continuation)."""
+    page_size: int
+    full_tokens: int
+    """The context's length in whole pages (tokens); only whole pages are cached."""
+
+    @property
+    def nodes(self) -> list[Any]:
+        return [*self.path, *self.below]
+
+
+def _descendants(node: Any) -> list[Any]:
+    found: list[Any] = []
+    stack = list(node.children.values())
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(child.children.values())
+    return found
+
+
+def session_pages(
+    cache: Any, token_ids: array[int], cache_salt: str | None, extra_key: str | None = None
+) -> SessionPages:
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    core = _python_core(cache)
+    page = int(cache.page_size)
+    key = RadixKey(token_ids=token_ids, extra_key=extra_key, cache_salt=cache_salt).page_aligned(page)
+    node = core.root_node
+    offset = 0
+    path: list[Any] = []
+    starts: list[int] = []
+    while offset < len(key):
+        child = node.children.get(key.child_key_at(offset, page))
+        if child is None or (child.evicted and not child.backuped):
+            break
+        matched = child.key.match_at(key, offset, page_size=page)
+        if matched == 0:
+            break
+        path.append(child)
+        starts.append(offset)
+        offset += matched
+        if matched < len(child.key):
+            break  # the context ends inside this node, or diverges from it
+        node = child
+    # A context that ends inside the tree has what follows as its continuation; one that diverges
+    # inside a node shares only a prefix with that node's other tokens.
+    ended = bool(path) and offset == len(key)
+    below = _descendants(path[-1]) if ended else []
+    return SessionPages(path, starts, offset, ended, below, page, len(key))
+
+
+def tier_tokens(pages: SessionPages) -> tuple[int, int]:
+    """Tokens of the context on the device and in host memory (each a prefix of the context)."""
+    device = host = 0
+    device_open = host_open = True
+    for node, start in zip(pages.path, pages.starts, strict=True):
+        span = min(len(node.key), pages.matched_tokens - start)
+        full = _full(node)
+        device_open = device_open and full.value is not None
+        host_open = host_open and full.host_value is not None
+        device += span if device_open else 0
+        host += span if host_open else 0
+    return device, host
+
+
+def _locked(node: Any) -> bool:
+    return any(data.lock_ref > 0 for data in node.component_data)
+
+
+def _host_locked(node: Any) -> bool:
+    return any(data.host_lock_ref > 0 for data in node.component_data)
+
+
+def _exclusive_nodes(cache: Any, pages: SessionPages, floor_tokens: int = 0) -> list[Any]:
+    """The session's nodes that no other cached context continues, none starting before `floor_tokens`."""
+    if not pages.path or pages.starts[-1] < floor_tokens:
+        return []
+    last = pages.path[-1]
+    if pages.ended:
+        owned = [last, *pages.below]
+    elif not last.children and pages.matched_tokens == pages.starts[-1] + len(last.key):
+        owned = [last]  # the tree stops where the context goes on: the end of what is cached of it
+    else:
+        return []  # it diverges from the tree inside a node or beside other children: all shared
+    root = _python_core(cache).root_node
+    starts = dict(zip(pages.path, pages.starts, strict=True))
+    node = last
+    while (
+        node.parent is not None
+        and node.parent is not root
+        and len(node.parent.children) == 1
+        and starts[node.parent] >= floor_tokens
+    ):
+        node = node.parent
+        owned.append(node)
+    return owned
+
+
+@dataclass(frozen=True)
+class DropOutcome:
+    device_tokens: int
+    host_tokens: int
+    kept_in_use_tokens: int
+    """Tokens of the session's own pages that stayed because a request or a transfer holds them."""
+
+
+def _closed_below(nodes: list[Any], allowed: Callable[[Any], bool]) -> set[Any]:
+    """The nodes that satisfy `allowed` and whose every descendant does too (and is among `nodes`).
+
+    A node leaves a tier only as a leaf of it, so a drop counts only such subtrees: a target
+    larger than what can go would make SGLang's eviction take other nodes to reach it.
+    """
+    verdict: dict[Any, bool] = {}
+    for node in sorted(set(nodes), key=_depth, reverse=True):  # children first
+        verdict[node] = allowed(node) and all(verdict.get(child, False) for child in node.children.values())
+    return {node for node, closed in verdict.items() if closed}
+
+
+def _depth(node: Any) -> int:
+    depth = 0
+    while node.parent is not None:
+        depth += 1
+        node = node.parent
+    return depth
+
+
+def drop_pages(
+    cache: Any, fate: KVFate, pages: SessionPages, context_hashes: list[str], floor_tokens: int = 0
+) -> tuple[DropOutcome, list[str]]:
+    """Remove the session's own pages from device and host; return what went and the pool hashes
+    to delete (the caller deletes them: `delete_pool_pages`). Nothing before `floor_tokens` of the
+    context is touched."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+    owned = _exclusive_nodes(cache, pages, floor_tokens)
+    # Locks propagate to the root: an unlocked node has no locked node below it.
+    device_ok = _closed_below(owned, lambda node: not _locked(node))
+    whole_ok = _closed_below(owned, lambda node: not _locked(node) and not _host_locked(node))
+    device_target = sum(len(_full(n).value) for n in device_ok if _full(n).value is not None)
+    kept = sum(len(n.key) for n in owned if n not in whole_ok)
+    # Pool pages to delete: the context's pages from the first one the session owns alone (or
+    # past everything the tree has of it), minus those of nodes that stay, plus the pages of the
+    # nodes that go (their tail past the context and the continuation below it).
+    path = list(zip(pages.path, pages.starts, strict=True))
+    first_owned = min((start for node, start in path if node in owned), default=None)
+    keep_until = max(pages.matched_tokens if first_owned is None else first_owned, floor_tokens)
+    for node, start in path:
+        if node in owned and node not in whole_ok:
+            keep_until = max(keep_until, start + len(node.key))
+    pool_hashes = dict.fromkeys(context_hashes[keep_until // pages.page_size :])
+    for node in whole_ok:
+        pool_hashes.update(dict.fromkeys(node.hash_value or ()))  # with the tail past the context
+
+    fate.doom(owned)
+    device_removed = host_removed = 0
+    try:
+        if device_target:
+            device_removed = int(cache.evict(EvictParams(num_tokens=device_target)).num_tokens_evicted)
+        # What the device eviction demoted is host-only now; those leaves go next.
+        host_ok = _closed_below(owned, lambda node: node in whole_ok and _full(node).value is None)
+        host_target = sum(len(_full(n).host_value) for n in host_ok if _full(n).host_value is not None)
+        if host_target and getattr(cache, "cache_controller", None) is not None:
+            host_removed = int(cache.evict_host(host_target))
+    finally:
+        fate.pardon_all()
+    fate.forget(owned)
+    outcome = DropOutcome(device_removed, host_removed, kept)
+    return outcome, list(pool_hashes)
+
+
+def context_page_hashes(
+    token_ids: array[int], cache_salt: str | None, page_size: int, extra_key: str | None = None
+) -> list[str]:
+    """The L3 keys of the context's whole pages, as SGLang's HiCache computes them."""
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    from sglang.srt.mem_cache.utils import get_storage_hash_str
+
+    key = RadixKey(token_ids=token_ids, extra_key=extra_key, cache_salt=cache_salt).page_aligned(page_size)
+    if len(key) == 0:
+        return []
+    hashes = get_storage_hash_str(key, None, page_size=page_size)
+    return list(hashes) if isinstance(hashes, list) else [hashes]
+
+
+def _storage_backend(cache: Any) -> Any:
+    controller = getattr(cache, "cache_controller", None)
+    return None if controller is None else getattr(controller, "storage_backend", None)
+
+
+def pool_pages_present(cache: Any, hashes: list[str], probe: PoolProbe) -> int:
+    """How many of the leading pages are in the L3 pool (0 without one), asked on `probe`'s thread.
+
+    0 as well when the pool does not answer within the probe's wait: the scheduler never waits on a slow or
+    unreachable pool (a Mooncake master that is gone took ~4 s per call)."""
+    backend = _storage_backend(cache)
+    if backend is None or not hashes:
+        return 0
+    present = probe.ask(lambda: int(backend.batch_exists(hashes)))
+    return present or 0
+
+
+def delete_pool_pages(cache: Any, hashes: list[str]) -> set[str]:
+    """Delete the pool's page files for these page hashes; the hashes whose pages went.
+
+    Each file's name is computed from its hash as the backend names it (`_get_suffixed_key`: this worker's
+    model namespace and rank), so the cost is one `unlink` per page, never a listing of the pool directory
+    (which holds every worker's pages and would block the scheduler for as long as it takes to read it).
+    The models served here keep KV pages only; other pools' pages (Mamba state) are not deleted.
+    """
+    backend = _storage_backend(cache)
+    if backend is None or not hashes:
+        return set()
+    from sglang.srt.mem_cache.hicache_storage import HiCacheFile, PoolName
+
+    if not isinstance(backend, HiCacheFile):
+        raise Unsupported(f"deleting pages from the {type(backend).__name__} pool is not implemented")
+    deleted: set[str] = set()
+    for page_hash in dict.fromkeys(hashes):
+        stem = backend._get_suffixed_key(page_hash)
+        try:
+            os.remove(os.path.join(backend.file_path, f"{stem}.bin"))
+        except FileNotFoundError:
+            continue
+        deleted.add(page_hash)
+        if backend.metadata_cache is not None:
+            backend.metadata_cache.remove(stem)
+        # The evictor's own bookkeeping for a file that is gone: `abort` drops the entry and
+        # refunds its bytes (a no-op when the pool has no size cap).
+        backend._evictor.abort(stem)
+    # SGLang remembers which pages it believes stored and skips writing them again.
+    cache.storage_existence_cache.pool(PoolName.KV).invalidate_beyond(list(hashes), 0)
+    return deleted

@@ -1,0 +1,353 @@
+"""Start, watch and stop a real SGLang server with the sessiongate extension loaded.
+
+- `build_command(config)`: the `python -m sglang.launch_server ...` command line;
+- `build_env(config, environ)`: its environment (on a machine without CUDA: the CPU engine and
+  sessiongate's compatibility layer on PYTHONPATH, see `sglang_ext.cpu_compat`);
+- `start_worker(config)`: makes the named model (`WorkerConfig.model_size`, `sglang_ext.models`) if no
+  model path is given, starts the server in its own
+  process group and returns a `WorkerProcess` (`url`, `wait_ready()`, `stop()`);
+- `worker_main(argv)`: the `sessiongate worker` command - runs one worker in the foreground and
+  stops it cleanly on SIGINT/SIGTERM.
+
+The extension itself is loaded by SGLang through its plug-in entry point (`sglang_ext.plugin`);
+the launcher imports nothing of SGLang or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from sessiongate.sglang_ext import parallelism
+from sessiongate.sglang_ext.cpu_compat import SITE_DIR
+from sessiongate.sglang_ext.hardware import has_cuda
+from sessiongate.sglang_ext.models import model_dir
+from sessiongate.sglang_ext.plugin import ENABLE_ENV, TINY_TOOL_CALL_PARSER
+from sessiongate.sglang_ext.ports import PortClaims, PortTaken
+from sessiongate.sglang_ext.tiny_model import is_complete
+from sessiongate.sglang_ext.worker_config import (
+    CPU_CHUNKED_PREFILL_SIZE,
+    CPU_MAX_RUNNING_REQUESTS,
+    WorkerConfig,
+    parse_worker_config,
+)
+from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError
+
+__all__ = [
+    "CHECKED_FILE_BACKEND",
+    "WorkerConfig",
+    "WorkerProcess",
+    "WorkerStartError",
+    "build_command",
+    "build_env",
+    "resolve_config",
+    "start_worker",
+    "worker_main",
+]
+
+# SGLang's file backend reads its directory from this variable before anything else: one left in
+# the environment would silently point a worker away from its configured pool.
+_FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# The `file` layout with a checksum per page (sessiongate/sglang_ext/internals/checked_file_store.py), loaded
+# through SGLang's `dynamic` storage backend.
+CHECKED_FILE_BACKEND = "checked-file"
+_CHECKED_FILE_PLUGIN: dict[str, object] = {
+    "backend_name": CHECKED_FILE_BACKEND,
+    "module_path": "sessiongate.sglang_ext.internals.checked_file_store",
+    "class_name": "CheckedFileStore",
+}
+# SGLang's Mooncake backend that stops asking a dead master for a while
+# (sessiongate/sglang_ext/internals/guarded_mooncake_store.py); `interface_v1`: SGLang's zero-copy calls, as for
+# `mooncake`.
+_MOONCAKE_PLUGIN: dict[str, object] = {
+    "backend_name": "mooncake",
+    "module_path": "sessiongate.sglang_ext.internals.guarded_mooncake_store",
+    "class_name": "GuardedMooncakeStore",
+    "interface_v1": 1,
+}
+# Our pools that SGLang loads through its `dynamic` storage backend.
+_PLUGIN_POOLS: dict[str, dict[str, object]] = {CHECKED_FILE_BACKEND: _CHECKED_FILE_PLUGIN, "mooncake": _MOONCAKE_PLUGIN}
+# The pools that keep their pages in `WorkerConfig.pool_dir`.
+_DIRECTORY_POOLS = ("file", CHECKED_FILE_BACKEND)
+# With priority eviction: the priority of a request that names none. Above 0, so a request sent with
+# priority 0 (a one-off) is evicted before any session's KV.
+DEFAULT_REQUEST_PRIORITY = 1
+
+
+def resolve_config(config: WorkerConfig) -> WorkerConfig:
+    """Decide `device="auto"` (once: it runs `nvidia-smi`) and make relative paths absolute."""
+    device = config.device
+    if device == "auto":
+        device = "cuda" if has_cuda() else "cpu"
+    return config.replace(
+        device=device,
+        state_dir=config.state_dir.resolve(),
+        # A hub id stays as given; a local directory becomes absolute.
+        model_path=(
+            config.model_path.resolve() if config.model_path and config.model_path.exists() else config.model_path
+        ),
+        pool_dir=config.effective_pool_dir.resolve(),
+        # On CPU the named model's pool size; on a GPU None stays None: SGLang sizes the pool from the GPU's memory.
+        max_total_tokens=config.effective_max_total_tokens if device == "cpu" else config.max_total_tokens,
+        log_file=config.effective_log_file.resolve(),
+    )
+
+
+def _on_cpu(config: WorkerConfig) -> bool:
+    return config.device == "cpu" or (config.device == "auto" and not has_cuda())
+
+
+def _named_model_dir(config: WorkerConfig) -> Path:
+    return model_dir(config.state_dir, config.model_size)
+
+
+def build_command(config: WorkerConfig) -> list[str]:
+    """The SGLang server command line for `config` (run it with `build_env`'s environment)."""
+    on_cpu = _on_cpu(config)
+    model_path = config.model_path if config.model_path is not None else _named_model_dir(config)
+    command = [
+        config.python or sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model_path),
+        "--host",
+        config.host,
+        "--port",
+        str(config.port),
+        "--dtype",
+        config.dtype or ("float32" if on_cpu else "auto"),
+        "--page-size",
+        str(config.page_size),
+        "--log-level",
+        config.log_level,
+        "--enable-cache-report",
+        "--enable-metrics",
+        # An idle scheduler blocks on its input instead of spinning a core (see internals/idle_wait.py).
+        "--sleep-on-idle",
+    ]
+    # On CPU the small defaults; on a GPU SGLang sizes what is not given from the GPU's memory and the model.
+    sizes = {
+        "--max-total-tokens": config.effective_max_total_tokens if on_cpu else config.max_total_tokens,
+        "--max-running-requests": config.max_running_requests or (CPU_MAX_RUNNING_REQUESTS if on_cpu else None),
+        "--chunked-prefill-size": config.chunked_prefill_size or (CPU_CHUNKED_PREFILL_SIZE if on_cpu else None),
+        "--context-length": config.context_length,
+        "--mem-fraction-static": None if on_cpu else config.mem_fraction_static,
+        "--nccl-port": config.nccl_port,
+    }
+    for flag, value in sizes.items():
+        if value is not None:
+            command += [flag, str(value)]
+    if config.api_key:
+        command += ["--api-key", config.api_key]
+    if config.served_model_name is not None:
+        command += ["--served-model-name", config.served_model_name]
+    if config.extension and (config.model_path is None or is_complete(config.model_path)):
+        # The models sessiongate makes (here, or by another worker and shared by path) carry its ChatML
+        # template with Qwen 2.5's tool-call format (`sglang_ext.tiny_tokenizer`): that parser, and forced calls
+        # in compact JSON, which a random-weight model ends instead of padding with whitespace.
+        parser = config.tool_call_parser or TINY_TOOL_CALL_PARSER
+        command += ["--tool-call-parser", parser, "--constrained-json-disable-any-whitespace"]
+    elif config.tool_call_parser is not None:
+        command += ["--tool-call-parser", config.tool_call_parser]
+    if on_cpu:
+        command += ["--device", "cpu", "--attention-backend", "torch_native"]
+    if config.priority_eviction:
+        command += [
+            "--enable-priority-scheduling",
+            "--radix-eviction-policy",
+            "priority",
+            "--default-priority-value",
+            str(DEFAULT_REQUEST_PRIORITY),
+        ]
+    if config.hierarchical_cache:
+        command += [
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            str(config.hicache_ratio),
+            "--hicache-write-policy",
+            "write_through",
+        ]
+        io_backend = config.hicache_io_backend or ("direct" if on_cpu else None)
+        if io_backend is not None:
+            command += ["--hicache-io-backend", io_backend]
+        if config.storage_backend is not None:
+            sglang_backend = "dynamic" if config.storage_backend in _PLUGIN_POOLS else config.storage_backend
+            command += [
+                "--hicache-storage-backend",
+                sglang_backend,
+                "--hicache-storage-prefetch-policy",
+                config.prefetch_policy,
+            ]
+            extra = _storage_extra_config(config)
+            if extra:
+                command += ["--hicache-storage-backend-extra-config", json.dumps(extra, sort_keys=True)]
+            if config.storage_backend == "mooncake" and not on_cpu:
+                # SGLang moves a `mooncake` pool off its default layer-first host layout, which Mooncake
+                # cannot transfer; it does not know that our `dynamic` one is Mooncake. (CPU: the direct
+                # io backend already implies page_first_direct.)
+                command += ["--hicache-mem-layout", "page_first"]
+    return command + list(config.extra_args)
+
+
+def _storage_extra_config(config: WorkerConfig) -> dict[str, object]:
+    """SGLang's `--hicache-storage-backend-extra-config` for the configured pool."""
+    extra: dict[str, object] = dict(_PLUGIN_POOLS.get(config.storage_backend or "", {}))
+    if config.storage_backend in _DIRECTORY_POOLS:
+        extra["file_storage_path"] = str(config.effective_pool_dir)
+    elif config.storage_backend == "mooncake":
+        extra.update(
+            master_server_address=config.mooncake_master,
+            metadata_server=config.mooncake_metadata_server,
+            global_segment_size=config.mooncake_segment_bytes,
+            protocol=config.mooncake_protocol,
+        )
+        if config.host not in _WILDCARD_HOSTS:
+            # The address the other workers' transfer engines reach this one's segment at.
+            extra["local_hostname"] = config.host
+    if config.prefetch_threshold is not None:
+        extra["prefetch_threshold"] = config.prefetch_threshold
+    return extra
+
+
+def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """The server's environment: `environ` plus what the worker needs on this machine."""
+    env = dict(environ)
+    env.pop(_FILE_BACKEND_DIR_ENV, None)
+    if config.extension:
+        env[ENABLE_ENV] = "1"  # the plug-in is opt-in: SGLang servers not started here stay as they are
+    else:
+        env.pop(ENABLE_ENV, None)
+    if not _on_cpu(config) and config.gpu_id is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(config.gpu_id)  # one GPU per worker: SGLang uses the first it sees
+    if _on_cpu(config):
+        # Without it SGLang takes its CUDA paths (and fails importing vllm's rotary op).
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        pythonpath = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = str(SITE_DIR) + (os.pathsep + pythonpath if pythonpath else "")
+        if config.cpu_threads is not None:
+            # torch sizes its OpenMP (and MKL) pools from this at start-up, in every process the server forks.
+            env["OMP_NUM_THREADS"] = str(config.cpu_threads)
+    return env
+
+
+def _ensure_model(config: WorkerConfig, env: Mapping[str, str]) -> None:
+    """Make the named model when no path is configured, in a child process with the worker's environment
+    (it imports torch and transformers; SmolLM2's first conversion takes about 20 s)."""
+    if config.model_path is not None:
+        return
+    directory = _named_model_dir(config)
+    if is_complete(directory):
+        return
+    command = [config.python or sys.executable, "-m", "sessiongate.sglang_ext.models", str(directory)]
+    made = subprocess.run(
+        [*command, "--model", config.model_size], env=dict(env), capture_output=True, text=True, check=False
+    )
+    if made.returncode != 0:
+        raise WorkerStartError(f"making the {config.model_size} model in {directory} failed:\n{made.stderr[-4000:]}")
+
+
+def _claim_ports(config: WorkerConfig, claims: PortClaims) -> WorkerConfig:
+    """Claim the worker's HTTP port and its torch.distributed port (picked when not given): see `ports`."""
+    try:
+        claims.claim(config.host if config.host not in ("", "::") else "0.0.0.0", config.port)
+        # torch's store listens on every interface: the port must be free on all of them.
+        nccl_port = (
+            claims.claim("0.0.0.0", config.nccl_port) if config.nccl_port is not None else claims.claim_free("0.0.0.0")
+        )
+    except PortTaken as error:
+        claims.release_all()
+        raise WorkerStartError(f"cannot start the worker at {config.url}: {error}") from None
+    return config.replace(nccl_port=nccl_port)
+
+
+def _shown(command: list[str]) -> str:
+    """The command line for the log, without the API key."""
+    return " ".join(
+        "<api-key>" if index and command[index - 1] == "--api-key" else arg for index, arg in enumerate(command)
+    )
+
+
+def start_worker(config: WorkerConfig) -> WorkerProcess:
+    """Start the SGLang server for `config` in its own process group; call `wait_ready()` next.
+
+    Raises `WorkerStartError` at once when the configuration asks for more than one scheduler rank
+    (`parallelism`) or a port is taken; the ports are released when the worker is stopped.
+    """
+    refused = parallelism.refusal(
+        **{f"{name}_size": size for name, size in parallelism.parallel_sizes(config.extra_args).items()}
+    )
+    if refused is not None:
+        raise WorkerStartError(refused)
+    config = resolve_config(config)
+    env = build_env(config, os.environ)
+    _ensure_model(config, env)
+    log_file = config.effective_log_file
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    if config.storage_backend in _DIRECTORY_POOLS:
+        config.effective_pool_dir.mkdir(parents=True, exist_ok=True)
+    claims = PortClaims()  # this worker's own: released when it stops
+    config = _claim_ports(config, claims)
+    command = build_command(config)
+    try:
+        with log_file.open("ab") as log:
+            log.write(f"\n=== sessiongate: starting {_shown(command)}\n".encode())
+            log.flush()
+            process = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+    except BaseException:
+        claims.release_all()
+        raise
+    return WorkerProcess(config=config, process=process, log_file=log_file, claims=claims)
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """`sessiongate worker [flags] [-- sglang args]`: run one worker until SIGINT/SIGTERM.
+
+    `argv` defaults to `sys.argv[1:]`. Returns 0 after a requested stop, 1 when the worker could
+    not start, or SGLang's exit code when it ended on its own.
+    """
+    config = parse_worker_config(sys.argv[1:] if argv is None else argv, os.environ)
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop_requested.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run_in_foreground(config, stop_requested)
+    except WorkerStartError as error:
+        print(f"sessiongate worker: {error}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run_in_foreground(config: WorkerConfig, stop_requested: threading.Event) -> int:
+    worker = start_worker(config)
+    try:
+        print(f"sessiongate worker: starting {worker.url} (log: {worker.log_file})", file=sys.stderr)
+        worker.wait_ready(timeout=600.0, cancel=stop_requested)
+        if not stop_requested.is_set():
+            print(f"sessiongate worker: ready at {worker.url} (pid {worker.pid})", file=sys.stderr)
+        while not stop_requested.wait(0.5):
+            if worker.process.poll() is not None:
+                print(f"sessiongate worker: SGLang exited ({worker.process.returncode})", file=sys.stderr)
+                return worker.process.returncode or 1
+        return 0
+    finally:
+        worker.stop()
