@@ -136,8 +136,7 @@ class GatewaySettings(BaseSettings):
     advisory_tool_result_trigger: str = "last"
     # A tool-call advisory is fired this long before the tool is expected to end (recorded durations).
     advisory_lead_s: float = 1.0
-    # Replicas (sessiongate/gateway/shared): the Redis that several `sessiongate serve` processes share, so that they
-    # behave as
+    # Replicas (gateway/shared): the Redis that several `sessiongate serve` processes share, so that they behave as
     # one gateway (advisories claimed on any replica, KV belief, token buckets, webhook replay cache, hint quality).
     # Empty: each process keeps that state in its own memory (one replica). Keys go under `redis_prefix`; a Redis
     # call slower than `redis_timeout_s` counts as failed, and a failure makes the replica decide on its own.

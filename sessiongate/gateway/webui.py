@@ -39,7 +39,7 @@ _HEADERS = {
 
 
 def _read(name: str) -> bytes:
-    return (files("gateway") / "static" / name).read_bytes()
+    return (files("sessiongate.gateway") / "static" / name).read_bytes()
 
 
 async def chat_page(request: Request) -> Response:

@@ -220,7 +220,7 @@ def test_the_plug_in_does_nothing_unless_enabled() -> None:
     # In a fresh interpreter: without SESSIONGATE_EXTENSION=1 it imports nothing of SGLang and says so once.
     code = (
         "import logging, sys; logging.basicConfig(level=logging.INFO)\n"
-        "from sglang_ext.plugin import load_plugin\n"
+        "from sessiongate.sglang_ext.plugin import load_plugin\n"
         "load_plugin()\n"
         "print('sglang imported' if 'sglang' in sys.modules else 'sglang untouched')\n"
     )

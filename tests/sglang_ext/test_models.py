@@ -66,7 +66,7 @@ def test_the_command_line_says_what_is_missing(tmp_path: Path) -> None:
         "import importlib.metadata, sys\n"
         "def missing(name): raise importlib.metadata.PackageNotFoundError(name)\n"
         "importlib.metadata.distribution = missing\n"
-        "from sglang_ext.models import main\n"
+        "from sessiongate.sglang_ext.models import main\n"
         f"sys.exit(main([{str(tmp_path / 'm')!r}, '--model', 'smollm2']))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

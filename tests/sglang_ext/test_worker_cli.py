@@ -18,7 +18,7 @@ from sessiongate.sglang_ext.protocol import INFO_PATH
 
 pytestmark = pytest.mark.engine
 
-RUN_WORKER = "import sys\nfrom sglang_ext.launcher import worker_main\nsys.exit(worker_main())\n"
+RUN_WORKER = "import sys\nfrom sessiongate.sglang_ext.launcher import worker_main\nsys.exit(worker_main())\n"
 
 
 def wait_for_line(process: subprocess.Popen[str], pattern: str, timeout: float) -> re.Match[str]:

@@ -89,8 +89,7 @@ class ClusterConfig:
     # Small on purpose: sessions must be evicted from the device between turns, as in production.
     max_total_tokens: int = 2048
     # The workers' default page. With 16-token pages a pool hit costs about what recomputing costs on these CPUs
-    # (58 us a token, per-page overhead); with 64, 22 us (sessiongate/benchmarks/sim/calibrate_cpu.py --page-size 16
-    # / 64).
+    # (58 us a token, per-page overhead); with 64, 22 us (benchmarks/sim/calibrate_cpu.py --page-size 16 / 64).
     page_size: int = 64
     hicache_ratio: float = 4.0
     max_running_requests: int = 8
