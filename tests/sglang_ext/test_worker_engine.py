@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sessiongate.sdk._sse import iter_events
 from sessiongate.sglang_ext.hardware import has_cuda
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.protocol import INFO_PATH, WorkerInfo
@@ -111,12 +112,9 @@ def test_streamed_response_reports_cached_tokens(client: httpx.Client) -> None:
         "stream_options": {"include_usage": True},
         "return_cached_tokens_details": True,
     }
-    chunks = []
     with client.stream("POST", "/v1/chat/completions", json=body) as response:
         assert response.status_code == 200
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                chunks.append(json.loads(line.removeprefix("data: ")))
+        chunks = [event.json() for event in iter_events(response.iter_lines()) if not event.done]
     details = [chunk["sglext"]["cached_tokens_details"] for chunk in chunks if "sglext" in chunk]
     usage = [chunk["usage"] for chunk in chunks if chunk.get("usage")]
     assert len(details) == 1
