@@ -96,15 +96,23 @@ def open_gateway() -> OpenGateway:
     return _open_gateway
 
 
-@pytest.fixture(scope="module")
-def engine_worker(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[WorkerProcess]:
-    """One real SGLang CPU worker (tiny model, the launcher's defaults) for the module's tests."""
-    process = start_worker(WorkerConfig(state_dir=tmp_path_factory.mktemp("engine"), port=free_port()))
+@contextlib.contextmanager
+def running_worker(config: WorkerConfig) -> Iterator[WorkerProcess]:
+    """A real SGLang CPU worker started from `config`: ready when entered (the real model's first start converts
+    and loads it: minutes on 2 cores), stopped on exit."""
+    process = start_worker(config)
     try:
         process.wait_ready(300)
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def engine_worker(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[WorkerProcess]:
+    """One real SGLang CPU worker (tiny model, the launcher's defaults) for the module's tests."""
+    with running_worker(WorkerConfig(state_dir=tmp_path_factory.mktemp("engine"), port=free_port())) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,8 @@ import pytest
 
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
-from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess
+from tests.conftest import running_worker
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 
@@ -26,12 +27,8 @@ def smollm2_worker(
 ) -> Iterator[WorkerProcess]:
     state_dir = tmp_path_factory.mktemp("smollm2-worker")
     config = WorkerConfig(model_path=smollm2_model_dir, state_dir=state_dir, port=free_port(), max_total_tokens=2048)
-    process = start_worker(config)
-    try:
-        process.wait_ready(300)
+    with running_worker(config) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess
 from sessiongate.up import GatewayProcess
+from tests.conftest import running_worker
 
 pytestmark = pytest.mark.engine
 
@@ -39,12 +40,8 @@ def worker(
         port=free_port(),
         max_total_tokens=4096,
     )
-    process = start_worker(config)
-    try:
-        process.wait_ready(300)
+    with running_worker(config) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

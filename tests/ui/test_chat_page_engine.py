@@ -29,7 +29,8 @@ import pytest
 
 from sessiongate.benchmarks.processes import GatewayServer
 from sessiongate.gateway.workers import worker_id_for
-from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess
+from tests.conftest import running_worker
 
 from .browser import Page, find_chromium, open_page
 
@@ -67,12 +68,8 @@ def smollm2_worker(
         # Small pages, so that a short conversation's second turn finds the first one's KV (64-token pages: none).
         page_size=16,
     )
-    process = start_worker(config)
-    try:
-        process.wait_ready(300)
+    with running_worker(config) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture
