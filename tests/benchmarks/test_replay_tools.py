@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.processes import FakeWorkerProcess, SmgProcess, smg_installed
+from sessiongate.benchmarks.replay.common import model_name
 from sessiongate.benchmarks.replay.driver import RUN_TOOL, TOOL_CALL_MAX_TOKENS, ReplayOptions, replay
 from sessiongate.benchmarks.replay.text import SyntheticText
 from sessiongate.benchmarks.workloads import SessionTrace, Turn
@@ -137,3 +139,43 @@ async def test_without_posting_the_same_bodies_go_out_and_the_results_come_with_
     assert all(r["tools"] == [RUN_TOOL] for r in requests)
     # The store still learns each result, from the role=tool message of the next request.
     assert sorted((name, source) for _, name, source, _ in calls) == [("run_tool", "message")] * 4
+
+
+@pytest.mark.skipif(not smg_installed(), reason="smg is not installed (the `bench` extra: smg==1.13.0)")
+async def test_through_smg_cache_aware_the_calls_and_the_per_tier_report_come_back(tmp_path: Path) -> None:
+    """The `smg` system's front, a real `smg` 1.13 process (cache_aware, no session header), in front of two fake
+    worker processes: the forced calls come back, the worker's `sglext` chunk still gives the tiers."""
+    workers = [FakeWorkerProcess(tmp_path) for _ in range(2)]
+    router: SmgProcess | None = None
+    try:
+        for worker in workers:
+            worker.wait_ready()
+        router = SmgProcess(tmp_path, workers=[w.url for w in workers], policy="cache_aware")
+        router.wait_ready()
+        async with httpx.AsyncClient(base_url=router.url, timeout=60) as client:
+            options = ReplayOptions(
+                system="smg",
+                concurrency=2,
+                time_scale=TIME_SCALE,
+                tool_time_scale=TOOL_TIME_SCALE,
+                model=await model_name(client),
+                text=SyntheticText(message_overhead_tokens=1),
+                progress=False,
+                tool_calls=True,
+            )
+            result = await replay(client, _agent_sessions(), options)
+    finally:
+        if router is not None:
+            router.stop()
+        for worker in workers:
+            worker.stop()
+    assert [r.error for r in result.records] == [None] * 6
+    assert result.tools == {"calls": 4}
+    by_turn = {(r.session_id, r.turn): r for r in result.records}
+    addresses = {w.url.removeprefix("http://") for w in workers}
+    for (session, k), record in by_turn.items():
+        assert record.worker is not None
+        assert record.worker.removeprefix("http://") in addresses
+        if k:
+            # cache_aware keeps a session where its prefix is: the previous turn's prompt is found on the device.
+            assert record.cached_device >= by_turn[(session, k - 1)].prompt_tokens - 1
