@@ -179,3 +179,18 @@ async def test_through_smg_cache_aware_the_calls_and_the_per_tier_report_come_ba
         if k:
             # cache_aware keeps a session where its prefix is: the previous turn's prompt is found on the device.
             assert record.cached_device >= by_turn[(session, k - 1)].prompt_tokens - 1
+
+
+def test_only_the_systems_with_hints_run_the_tool_call_lifecycle(tmp_path: Path) -> None:
+    from sessiongate.benchmarks.replay.systems import SYSTEMS, ClusterConfig, gateway_env
+
+    cluster = ClusterConfig(state_dir=tmp_path)
+    on = {
+        name
+        for name, spec in SYSTEMS.items()
+        if spec.front == "sessiongate"
+        and GatewaySettings.from_env(gateway_env(spec, cluster, tmp_path / "g.db")).advisory_tool_kv
+    }
+    assert on == {"kv_aware+advisories", "kv_aware+toolkv"}
+    assert SYSTEMS["smg"].front == "smg"
+    assert SYSTEMS["smg"].policy == "cache_aware"

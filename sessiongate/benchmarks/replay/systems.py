@@ -14,8 +14,10 @@
 Hints: kv_aware+advisories posts the planned hints (`/advise`, `/typing`); kv_aware+toolkv posts none of them, only
 each tool's result (`/tool_results`) when the tool returns, so its advisories are the tool-call KV lifecycle's
 alone (sessiongate/gateway/advisor/toolkv.py: keep or offload at each tool call, from the durations those results
-taught it). smg and sglang-router route by the prompt's prefix (cache_aware's radix tree): they need no session
-header, and the workers' `sglext` chunk (tokens found per tier) comes through them unchanged.
+taught it). The systems without hints run the gateway with that lifecycle off (`SESSIONGATE_ADVISORY_TOOL_KV`):
+the model's tool calls would otherwise start it in every sessiongate front. smg and sglang-router route by the
+prompt's prefix (cache_aware's radix tree): they need no session header, and the workers' `sglext` chunk (tokens
+found per tier) comes through smg unchanged.
 
 `running_stack` starts fresh workers (a new pool directory each time) so every system starts with cold caches,
 then the gateway (`sessiongate serve`) or the router as its own process, warms them up (`warm_up`), and stops them
@@ -59,6 +61,7 @@ __all__ = [
     "Stack",
     "SystemSpec",
     "cost_model_env",
+    "gateway_env",
     "kv_bytes_per_token",
     "prefetch_bytes",
     "running_stack",
@@ -254,15 +257,7 @@ def start_front(spec: SystemSpec, cluster: ClusterConfig, worker_urls: list[str]
             raise
         return router
     database = run_dir / f"gateway-{spec.name.replace('+', '-')}-{time.monotonic_ns()}.db"
-    env = {
-        **local_gateway_env(database),
-        "SESSIONGATE_ROUTING_POLICY": spec.policy,
-        "SESSIONGATE_ADMIN_KEY": ADMIN_KEY,
-        # The cost model's KV size: the model's, not the 8B default.
-        "SESSIONGATE_KV_BYTES_PER_TOKEN": str(kv_bytes_per_token(cluster.model_size)),
-        **(cost_model_env(cluster.cost) if cluster.cost is not None else {}),
-        "SESSIONGATE_LOG_JSON": "false",
-    }
+    env = gateway_env(spec, cluster, database)
     gateway = GatewayServer(log_dir, workers=worker_urls, env=env)
     try:
         gateway.wait_ready(60)
@@ -271,6 +266,22 @@ def start_front(spec: SystemSpec, cluster: ClusterConfig, worker_urls: list[str]
         gateway.stop()
         raise
     return gateway
+
+
+def gateway_env(spec: SystemSpec, cluster: ClusterConfig, database: Path) -> dict[str, str]:
+    """The settings of the gateway in front of `spec`'s workers."""
+    return {
+        **local_gateway_env(database),
+        "SESSIONGATE_ROUTING_POLICY": spec.policy,
+        "SESSIONGATE_ADMIN_KEY": ADMIN_KEY,
+        # The cost model's KV size: the model's, not the 8B default.
+        "SESSIONGATE_KV_BYTES_PER_TOKEN": str(kv_bytes_per_token(cluster.model_size)),
+        **(cost_model_env(cluster.cost) if cluster.cost is not None else {}),
+        "SESSIONGATE_LOG_JSON": "false",
+        # A system without hints is a baseline: no tool-call KV lifecycle either (the model's tool calls would
+        # otherwise start it in every sessiongate front).
+        "SESSIONGATE_ADVISORY_TOOL_KV": str(spec.hints or spec.tool_results).lower(),
+    }
 
 
 def cost_model_env(cost: CostModel) -> dict[str, str]:
