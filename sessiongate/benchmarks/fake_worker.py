@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,7 +144,8 @@ def _tool_call(body: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(choice, dict):
         name = choice.get("function", {}).get("name", name)
     return {
-        "id": f"call_{abs(hash(name)) % 10**8:08d}",
+        # As SGLang: a fresh id for every call (an agent's calls of one tool in one session must stay apart).
+        "id": f"call_{uuid.uuid4().hex[:24]}",
         "type": "function",
         "function": {"name": name, "arguments": orjson.dumps({"q": "x"}).decode()},
     }

@@ -136,6 +136,9 @@ class GatewaySettings(BaseSettings):
     advisory_tool_result_trigger: str = "last"
     # A tool-call advisory is fired this long before the tool is expected to end (recorded durations).
     advisory_lead_s: float = 1.0
+    # The tool-call KV lifecycle (advisor/toolkv.py): when off, a turn that ends in tool calls makes no advisory
+    # (the KV is left to the workers' eviction, as without sessiongate); posted tool results still signal.
+    advisory_tool_kv: bool = True
     # Replicas (gateway/shared): the Redis that several `sessiongate serve` processes share, so that they behave as
     # one gateway (advisories claimed on any replica, KV belief, token buckets, webhook replay cache, hint quality).
     # Empty: each process keeps that state in its own memory (one replica). Keys go under `redis_prefix`; a Redis

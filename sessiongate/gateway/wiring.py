@@ -80,6 +80,7 @@ async def start_routing(
         stop_grace_s=settings.advisory_stop_grace_s,
         lead_s=settings.advisory_lead_s,
         tool_result_trigger=settings.advisory_tool_result_trigger,
+        tool_kv_enabled=settings.advisory_tool_kv,
         cache_salt_for=cache_salt_for,
         shared=shared,
         replica=replica,

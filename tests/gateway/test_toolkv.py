@@ -244,3 +244,23 @@ async def test_a_hint_left_live_during_the_turn_gives_way_to_the_tool_calls_deci
             return bool(now.outcome == "cancelled")
 
         await eventually(cancelled)
+
+
+@pytest.mark.anyio
+async def test_with_the_lifecycle_off_a_tool_call_leaves_the_kv_to_the_workers(make_gateway: Any) -> None:
+    """`advisory_tool_kv=False` (a baseline gateway in the replay): no advisory, no retain, no prefetch."""
+    async with make_gateway(**FAST, advisory_tool_kv=False) as gw:
+        for seconds in (0.4, 0.5, 0.6):  # a short tool: the lifecycle, were it on, would retain at once
+            gw.state.advisor.tool_durations.record("default", "run_tests", seconds)
+        first, _ = await _tool_turn(gw, "off-1")
+        assert first["choices"][0]["message"]["tool_calls"]
+        await asyncio.sleep(0.2)  # what on_turn_end would have started, in the background
+        assert await _advisories(gw, "off-1") == []
+        assert gw.state.advisor.stats.report()["tool_kv"] == {}
+        assert not any(w.kv_requests or w.prefetches for w in gw.workers.values())
+        # The store still records the call, and its result from the next request.
+        (pending,) = await gw.state.store.pending_tool_calls("off-1", tenant_id="default")
+        assert pending.name == "run_tests"
+        await _next_turn(gw, "off-1", first)
+        assert await gw.state.store.pending_tool_calls("off-1", tenant_id="default") == []
+        assert await _advisories(gw, "off-1") == []

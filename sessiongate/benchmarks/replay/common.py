@@ -17,6 +17,7 @@ import httpx
 
 from sessiongate.benchmarks.metrics import RunSummary, TurnRecord
 from sessiongate.benchmarks.report import write_report
+from sessiongate.benchmarks.sim.agent_long import long_agent_sessions
 from sessiongate.benchmarks.sim.calibration import PROFILES_DIR, cpu_profile
 from sessiongate.benchmarks.workloads import (
     HintModel,
@@ -29,7 +30,7 @@ from sessiongate.benchmarks.workloads import (
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.models import MODELS
 
-from .driver import ReplayResult
+from .driver import TOOL_CALL_MAX_TOKENS, ReplayResult
 from .systems import ClusterConfig, kv_bytes_per_token
 from .text import SyntheticText
 
@@ -42,9 +43,12 @@ __all__ = [
     "in_window",
     "load_sessions",
     "model_name",
+    "prefetch_bytes_moved",
     "run_notes",
     "save",
     "synthetic_text",
+    "tool_calls_on",
+    "tool_time_scale",
     "work_dir",
 ]
 
@@ -66,6 +70,16 @@ def load_sessions(args: argparse.Namespace, count: int, seed: int) -> list[Sessi
         )
     elif args.workload == "agent":
         raw = agent_sessions(count=drawn, seed=seed, max_context_tokens=limit)
+    elif args.workload == "agent-long":
+        # The simulator's toolkv workload (sim/agent_long.py): rounds stretched towards a context drawn in
+        # [min, max], tool times x `--tool-scale`; the rounds past `--max-context-tokens` are cut.
+        raw = long_agent_sessions(
+            count=drawn,
+            seed=seed,
+            min_context=math.floor(args.min_context_tokens / args.token_scale),
+            max_context=limit,
+            tool_scale=args.tool_scale,
+        )
     else:
         raw = mooncake_sessions(duration_s=args.duration_s / args.time_scale, max_context_tokens=limit)
     capped = [
@@ -78,6 +92,11 @@ def load_sessions(args: argparse.Namespace, count: int, seed: int) -> list[Sessi
         for s in scale_tokens(raw, args.token_scale)
     ]
     return [s for s in capped if len(s.turns) >= args.min_turns][:count]
+
+
+def tool_time_scale(args: argparse.Namespace) -> float:
+    scale: float | None = args.tool_time_scale
+    return args.time_scale if scale is None else scale
 
 
 def cpu_profile_path(args: argparse.Namespace) -> Path | None:
@@ -119,15 +138,31 @@ def synthetic_text(args: argparse.Namespace) -> SyntheticText:
     return SyntheticText.for_tokenizer(tokenizer) if tokenizer.is_file() else SyntheticText()
 
 
+def tool_calls_on(args: argparse.Namespace) -> bool:
+    """The agent workloads' turns end in real tool calls unless `--no-tool-calls`."""
+    return args.workload in ("agent", "agent-long") and not args.no_tool_calls
+
+
 def advisory_counts(stats: dict[str, Any] | None) -> dict[str, int]:
-    """The advisory outcomes of the gateway's stats, summed over signal kinds."""
+    """The advisory outcomes of the gateway's stats, summed over signal kinds, and the tool-call KV lifecycle's
+    events ("toolkv keep", "toolkv offload", "toolkv early", "toolkv retain_fallback")."""
     if stats is None:
         return {}
     counts = {"used": 0, "late": 0, "wasted": 0, "missed": int(stats.get("missed") or 0)}
     for kind in (stats.get("kinds") or {}).values():
         for outcome in ("used", "late", "wasted"):
             counts[outcome] += int((kind.get("outcomes") or {}).get(outcome) or 0)
+    for event, count in (stats.get("tool_kv") or {}).items():
+        counts[f"toolkv {event}"] = int(count)
     return counts
+
+
+def prefetch_bytes_moved(stats: dict[str, Any] | None) -> dict[str, int]:
+    """KV bytes the gateway's prefetches loaded (the workers' reports) and those its wasted advisories loaded."""
+    if stats is None:
+        return {}
+    wasted = sum(int(kind.get("wasted_bytes") or 0) for kind in (stats.get("kinds") or {}).values())
+    return {"prefetched": int(stats.get("prefetch_bytes") or 0), "prefetched, wasted": wasted}
 
 
 def estimated_bytes(records: Sequence[TurnRecord], model_size: str) -> dict[str, int]:
@@ -170,10 +205,29 @@ def run_notes(args: argparse.Namespace) -> list[str]:
         "makes every timing noisy).",
         f"Workload: {args.workload} (sessions of {args.min_turns}+ turns"
         + (f", a {args.system_tokens}-token system prompt before scaling" if args.workload == "sharegpt" else "")
+        + (
+            f", contexts stretched towards [{args.min_context_tokens}, {args.max_context_tokens}] tokens, recorded "
+            f"tool times x{args.tool_scale:g}"
+            if args.workload == "agent-long"
+            else ""
+        )
         + f"), token counts x{args.token_scale}, answers capped at {args.max_output_tokens} tokens, context cut at "
-        f"{args.max_context_tokens} tokens, trace times x{args.time_scale}; closed loop, {args.sessions_per_slot} "
+        f"{args.max_context_tokens} tokens, think and arrival times x{args.time_scale}, tool times "
+        f"x{tool_time_scale(args):g}; closed loop, {args.sessions_per_slot} "
         f"sessions per unit of load; the turns sent in the first {args.duration_s:g} s are counted, and no turn is "
         "sent after it.",
+        *(
+            [
+                "Tool calls: every request carries one tool (`run_tool`, an integer-enum argument); a turn the trace "
+                "follows with a tool names it in `tool_choice` and the worker answers with a real tool call "
+                "(constrained decoding; such a turn is sent without ignore_eos, with up to "
+                f"{TOOL_CALL_MAX_TOKENS} answer tokens); the next turn carries the call and a tool message of the "
+                "trace's length. The same bodies go to every system; only kv_aware+toolkv also posts each result "
+                "to /v1/sessions/{id}/tool_results when the tool returns, just before that turn."
+            ]
+            if tool_calls_on(args)
+            else []
+        ),
         f"Hints (kv_aware+advisories only): lead {args.hint_lead_s:g} s (before time scaling), false "
         f"{args.false_hints:.0%}, missed {args.missed_hints:.0%}.",
         f"Workers ({cores_per_worker(args.workers)} CPU thread(s) each) restarted and warmed up for every system, then "

@@ -4,6 +4,8 @@
     sessiongate bench replay --busy-worker --out benchmarks/results/busy-worker
     sessiongate bench replay --url http://127.0.0.1:8000 --systems kv_aware   # a stack you started yourself
     sessiongate bench replay --workload agent --loads 4,8 --dry-run   # check flags, traces, profile; run nothing
+    sessiongate bench replay --workload agent-long --tool-scale 20 --tool-time-scale 1 \
+        --systems recompute,smg,kv_aware+toolkv   # long-context agents whose tools run for seconds (issue 15)
 
 For each system the harness starts fresh workers (cold caches, an empty pool) and its front, then runs the loads
 in increasing order on them; each load draws its own sessions (other seeds), so no load reuses another's prefixes.
@@ -38,9 +40,11 @@ from .common import (
     in_window,
     load_sessions,
     model_name,
+    prefetch_bytes_moved,
     run_notes,
     save,
     synthetic_text,
+    tool_calls_on,
     work_dir,
 )
 from .driver import ReplayOptions, ReplayResult, replay
@@ -51,7 +55,7 @@ __all__ = ["build_parser", "cluster_config", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sessiongate bench replay", description=__doc__.split("\n\n")[0])
-    p.add_argument("--workload", choices=("sharegpt", "agent", "mooncake"), default="sharegpt")
+    p.add_argument("--workload", choices=("sharegpt", "agent", "agent-long", "mooncake"), default="sharegpt")
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated, run in this order")
     p.add_argument("--loads", default="2,4", help="concurrent sessions (closed loop), comma-separated")
     p.add_argument(
@@ -67,6 +71,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="the measurement window: turns sent after it are not counted, and no session starts after it",
     )
     p.add_argument("--time-scale", type=float, default=0.25, help="multiplies think, tool and arrival times")
+    p.add_argument(
+        "--tool-time-scale",
+        type=float,
+        default=None,
+        help="multiplies tool times instead of --time-scale (default: --time-scale); 1: tools take their time",
+    )
+    p.add_argument(
+        "--tool-scale",
+        type=float,
+        default=20.0,
+        help="agent-long: the recorded tool times times this (the simulator's --tool-scale; a what-if)",
+    )
+    p.add_argument(
+        "--min-context-tokens",
+        type=int,
+        default=4096,
+        help="agent-long: each session's context is stretched towards a length drawn in [this, --max-context-tokens]",
+    )
+    p.add_argument(
+        "--no-tool-calls",
+        action="store_true",
+        help="agent workloads: plain text answers and user messages instead of real tool calls and tool results",
+    )
     p.add_argument("--think-time-s", type=float, default=20.0, help="ShareGPT: mean think time between turns")
     p.add_argument("--token-scale", type=float, default=0.5, help="multiplies every token count of the trace")
     p.add_argument("--max-context-tokens", type=int, default=1536, help="after scaling; longer sessions are cut")
@@ -110,7 +137,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def replay_on(
-    url: str, system: str, sessions: list[SessionTrace], args: argparse.Namespace, *, load: int, hints: bool
+    url: str,
+    system: str,
+    sessions: list[SessionTrace],
+    args: argparse.Namespace,
+    *,
+    load: int,
+    hints: bool,
+    tool_results: bool = False,
 ) -> ReplayResult:
     async with httpx.AsyncClient(
         base_url=url, timeout=httpx.Timeout(600.0, connect=10.0), limits=httpx.Limits(max_connections=256)
@@ -125,6 +159,9 @@ async def replay_on(
             text=synthetic_text(args),
             seed=args.seed,
             progress=not args.no_progress,
+            tool_time_scale=args.tool_time_scale,
+            tool_calls=tool_calls_on(args),
+            post_tool_results=tool_results,
         )
         return await replay(client, sessions, options)
 
@@ -137,16 +174,27 @@ def measure(
     out: Path,
     *,
     hints: bool,
+    tool_results: bool = False,
     stats: Callable[[], dict[str, Any] | None] = lambda: None,
 ) -> RunSummary:
     sessions = load_sessions(args, args.sessions_per_slot * load, seed=args.seed * 1000 + load)
-    before = advisory_counts(stats())
-    result = anyio.run(functools.partial(replay_on, stack_url, system, sessions, args, load=load, hints=hints))
-    after = advisory_counts(stats())
+    stats_before = stats()
+    result = anyio.run(
+        functools.partial(
+            replay_on, stack_url, system, sessions, args, load=load, hints=hints, tool_results=tool_results
+        )
+    )
+    stats_after = stats()
+    before, after = advisory_counts(stats_before), advisory_counts(stats_after)
     advisories = {k: after[k] - before.get(k, 0) for k in after}
     if hints:
         advisories["hints sent"] = sum(result.hints_sent.values())
+    if hints or tool_results:
         advisories["hint errors"] = sum(result.hint_errors.values())
+    if tool_results:
+        advisories["tool results posted"] = result.tools["posted"]
+    moved_before, moved_after = prefetch_bytes_moved(stats_before), prefetch_bytes_moved(stats_after)
+    prefetched = {k: moved_after[k] - moved_before.get(k, 0) for k in moved_after}
     write_records(out / "records" / f"{system.replace('+', '-')}-{load}.jsonl", result.records)
     counted = in_window(result, sessions, args)
     summary = summarize(
@@ -154,10 +202,14 @@ def measure(
         load,
         "sessions",
         counted,
-        bytes_moved=estimated_bytes(counted, args.model_size),
+        bytes_moved=estimated_bytes(counted, args.model_size) | prefetched,
         advisories=advisories,
         label=LABEL,
     )
+    if tool_calls_on(args):
+        summary.extra.update(
+            {"tool calls": result.tools["calls"], "forced turns without a call": result.tools["no call"]}
+        )
     errors = [r.error for r in counted if r.error]
     print(
         f"{system} @ {load}: {summary.requests} turns, {summary.errors} errors, TTFT mean "
@@ -235,7 +287,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         with running_stack(spec, cluster, work_dir(args, out)) as stack:
             for load in loads:
                 summaries.append(
-                    measure(stack.url, system, load, args, out, hints=spec.hints, stats=stack.advisory_stats)
+                    measure(
+                        stack.url,
+                        system,
+                        load,
+                        args,
+                        out,
+                        hints=spec.hints,
+                        tool_results=spec.tool_results,
+                        stats=stack.advisory_stats,
+                    )
                 )
                 save(out, title, summaries, notes, args)
     print(f"report: {out / 'report.md'}")

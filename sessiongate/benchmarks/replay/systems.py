@@ -5,9 +5,19 @@
 | recompute           | device radix cache only           | sessiongate, round_robin               | no    |
 | sticky              | device + HiCache host offload     | sessiongate, sticky                    | no    |
 | sglang-router       | device + host + shared file pool  | SGLang's router (sglang-router), cache_aware | no |
+| smg                 | device + host + shared file pool  | SGLang's model gateway (smg 1.13), cache_aware | no |
 | kv_aware            | device + host + shared file pool  | sessiongate, kv_aware                  | no    |
 | kv_aware+advisories | device + host + shared file pool  | sessiongate, kv_aware                  | yes   |
 | dynamo_cost         | device + host + shared file pool  | sessiongate, Dynamo's KV-router cost   | no    |
+| kv_aware+toolkv     | device + host + shared file pool  | sessiongate, kv_aware                  | tool results |
+
+Hints: kv_aware+advisories posts the planned hints (`/advise`, `/typing`); kv_aware+toolkv posts none of them, only
+each tool's result (`/tool_results`) when the tool returns, so its advisories are the tool-call KV lifecycle's
+alone (sessiongate/gateway/advisor/toolkv.py: keep or offload at each tool call, from the durations those results
+taught it). The systems without hints run the gateway with that lifecycle off (`SESSIONGATE_ADVISORY_TOOL_KV`):
+the model's tool calls would otherwise start it in every sessiongate front. smg and sglang-router route by the
+prompt's prefix (cache_aware's radix tree): they need no session header, and the workers' `sglext` chunk (tokens
+found per tier) comes through smg unchanged.
 
 `running_stack` starts fresh workers (a new pool directory each time) so every system starts with cold caches,
 then the gateway (`sessiongate serve`) or the router as its own process, warms them up (`warm_up`), and stops them
@@ -34,6 +44,7 @@ from sessiongate.benchmarks.processes import (
     GatewayServer,
     ManagedProcess,
     SglangRouterProcess,
+    SmgProcess,
     free_port,
     local_gateway_env,
 )
@@ -50,7 +61,9 @@ __all__ = [
     "Stack",
     "SystemSpec",
     "cost_model_env",
+    "gateway_env",
     "kv_bytes_per_token",
+    "prefetch_bytes",
     "running_stack",
     "warm_up",
 ]
@@ -61,11 +74,13 @@ ADMIN_KEY = "replay-bench-admin"
 @dataclass(frozen=True, slots=True)
 class SystemSpec:
     name: str
-    front: str  # "sessiongate" | "sglang-router"
+    front: str  # "sessiongate" | "sglang-router" | "smg"
     policy: str  # the gateway's routing policy, or the router's
     hierarchical_cache: bool
     shared_pool: bool
     hints: bool
+    # Post each tool's result to the gateway when the tool returns (the tool-call KV lifecycle's signal).
+    tool_results: bool = False
 
 
 SYSTEMS: dict[str, SystemSpec] = {
@@ -74,9 +89,11 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("recompute", "sessiongate", "round_robin", False, False, False),
         SystemSpec("sticky", "sessiongate", "sticky", True, False, False),
         SystemSpec("sglang-router", "sglang-router", "cache_aware", True, True, False),
+        SystemSpec("smg", "smg", "cache_aware", True, True, False),
         SystemSpec("kv_aware", "sessiongate", "kv_aware", True, True, False),
         SystemSpec("kv_aware+advisories", "sessiongate", "kv_aware", True, True, True),
         SystemSpec("dynamo_cost", "sessiongate", "dynamo_cost", True, True, False),
+        SystemSpec("kv_aware+toolkv", "sessiongate", "kv_aware", True, True, False, tool_results=True),
     )
 }
 
@@ -122,7 +139,18 @@ class Stack:
         )
         response.raise_for_status()
         stats: dict[str, Any] = response.json()
+        stats["prefetch_bytes"] = prefetch_bytes(httpx.get(f"{self.url}/metrics", timeout=10).text)
         return stats
+
+
+def prefetch_bytes(exposition: str) -> int:
+    """The `sessiongate_prefetch_bytes` counter of the gateway's Prometheus exposition: KV bytes its finished
+    prefetches loaded, as the workers reported them (0 when absent)."""
+    for line in exposition.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "sessiongate_prefetch_bytes_total":
+            return int(float(value))
+    return 0
 
 
 def start_workers(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> list[WorkerProcess]:
@@ -212,14 +240,15 @@ def warm_up(front_url: str, worker_urls: list[str], vocab_size: int) -> None:
 
 
 def _url(front: ManagedProcess) -> str:
-    url: str = getattr(front, "url")  # noqa: B009 - GatewayServer and SglangRouterProcess both have one
+    url: str = getattr(front, "url")  # noqa: B009 - GatewayServer and the routers all have one
     return url
 
 
 def start_front(spec: SystemSpec, cluster: ClusterConfig, worker_urls: list[str], run_dir: Path) -> ManagedProcess:
     log_dir = run_dir / "logs"
-    if spec.front == "sglang-router":
-        router = SglangRouterProcess(log_dir, workers=worker_urls, policy=spec.policy)
+    if spec.front in ("sglang-router", "smg"):
+        kind = SglangRouterProcess if spec.front == "sglang-router" else SmgProcess
+        router = kind(log_dir, workers=worker_urls, policy=spec.policy)
         try:
             router.wait_ready(120)
         except BaseException:
@@ -227,15 +256,7 @@ def start_front(spec: SystemSpec, cluster: ClusterConfig, worker_urls: list[str]
             raise
         return router
     database = run_dir / f"gateway-{spec.name.replace('+', '-')}-{time.monotonic_ns()}.db"
-    env = {
-        **local_gateway_env(database),
-        "SESSIONGATE_ROUTING_POLICY": spec.policy,
-        "SESSIONGATE_ADMIN_KEY": ADMIN_KEY,
-        # The cost model's KV size: the model's, not the 8B default.
-        "SESSIONGATE_KV_BYTES_PER_TOKEN": str(kv_bytes_per_token(cluster.model_size)),
-        **(cost_model_env(cluster.cost) if cluster.cost is not None else {}),
-        "SESSIONGATE_LOG_JSON": "false",
-    }
+    env = gateway_env(spec, cluster, database)
     gateway = GatewayServer(log_dir, workers=worker_urls, env=env)
     try:
         gateway.wait_ready(60)
@@ -244,6 +265,22 @@ def start_front(spec: SystemSpec, cluster: ClusterConfig, worker_urls: list[str]
         gateway.stop()
         raise
     return gateway
+
+
+def gateway_env(spec: SystemSpec, cluster: ClusterConfig, database: Path) -> dict[str, str]:
+    """The settings of the gateway in front of `spec`'s workers."""
+    return {
+        **local_gateway_env(database),
+        "SESSIONGATE_ROUTING_POLICY": spec.policy,
+        "SESSIONGATE_ADMIN_KEY": ADMIN_KEY,
+        # The cost model's KV size: the model's, not the 8B default.
+        "SESSIONGATE_KV_BYTES_PER_TOKEN": str(kv_bytes_per_token(cluster.model_size)),
+        **(cost_model_env(cluster.cost) if cluster.cost is not None else {}),
+        "SESSIONGATE_LOG_JSON": "false",
+        # A system without hints is a baseline: no tool-call KV lifecycle either (the model's tool calls would
+        # otherwise start it in every sessiongate front).
+        "SESSIONGATE_ADVISORY_TOOL_KV": str(spec.hints or spec.tool_results).lower(),
+    }
 
 
 def cost_model_env(cost: CostModel) -> dict[str, str]:

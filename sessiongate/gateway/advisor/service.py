@@ -75,6 +75,7 @@ class Advisor:
         replica: str = "",
         unix: Callable[[], float] = time.time,
         tool_kv: ToolKVPolicy | None = None,
+        tool_kv_enabled: bool = True,
     ) -> None:
         # The tenant's cache salt is part of every KV key: a prefetch without the salt the real request
         # carries would bring pages the request can never hit.
@@ -86,6 +87,7 @@ class Advisor:
         self.quality = HintQuality()
         self.stats = AdvisoryStats()
         self.tool_kv = tool_kv or ToolKVPolicy()
+        self.tool_kv_enabled = tool_kv_enabled
         self.tool_durations = ToolDurations()
         self.lead_s = lead_s
         self.tool_result_trigger = tool_result_trigger
@@ -376,7 +378,7 @@ class Advisor:
         claim = self._claims.pop(turn_id, None)
         if claim is not None:
             self._settle(claim.advisory, settle(claim, cache_details), turn_id=turn_id, lead_s=claim.lead_s)
-        if tool_names:
+        if tool_names and self.tool_kv_enabled:
             decision = self.plan_tool_kv(session_id, tenant_id, tool_names)
             self._spawn(self._signal_quietly(session_id, tenant_id, "tool_call", None, decision=decision))
 
