@@ -28,6 +28,7 @@ from .admin_api import admin_routes
 from .advisor.signals import signal_routes
 from .auth import authentication_mode
 from .chat import chat_completions
+from .chat_route import ChatRoute
 from .errors import exception_handlers
 from .health import healthz, list_models, metrics, readyz
 from .keys_api import key_routes
@@ -194,6 +195,13 @@ def create_app(
     app = Starlette(
         routes=_routes(),
         middleware=[
+            Middleware(
+                ChatRoute,
+                handler=chat_completions,
+                metrics=gateway_metrics,
+                max_body_bytes=settings.max_body_bytes,
+                max_header_bytes=settings.max_header_bytes,
+            ),
             Middleware(RequestContext, metrics=gateway_metrics),
             Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
             Middleware(HeaderLimit, max_bytes=settings.max_header_bytes),
