@@ -50,7 +50,7 @@ from .settings import GatewaySettings
 from .shared import make_shared
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
-from .upstream import WorkerClient, make_chat_session, make_http_client
+from .upstream import WorkerClient, make_chat_pool, make_chat_session, make_http_client
 from .webui import ui_routes
 from .wiring import start_routing
 from .workers import WorkerPool
@@ -101,8 +101,14 @@ def create_app(
                 worker_api_key=settings.worker_api_key,
             )
             stack.push_async_callback(http.aclose)
-            chat_session = None
+            chat_session, chat_pool = None, None
             if worker_transport is None:
+                chat_pool = make_chat_pool(
+                    connect_timeout_s=settings.upstream_connect_timeout_s,
+                    read_timeout_s=settings.upstream_read_timeout_s,
+                    worker_api_key=settings.worker_api_key,
+                )
+                stack.push_async_callback(chat_pool.close)
                 chat_session = make_chat_session(
                     connect_timeout_s=settings.upstream_connect_timeout_s,
                     read_timeout_s=settings.upstream_read_timeout_s,
@@ -168,7 +174,10 @@ def create_app(
                 http=http,
                 workers=pool,
                 worker_client=WorkerClient(
-                    http, read_timeout_s=settings.upstream_read_timeout_s, chat_session=chat_session
+                    http,
+                    read_timeout_s=settings.upstream_read_timeout_s,
+                    chat_session=chat_session,
+                    chat_pool=chat_pool,
                 ),
                 policy=routing.router.policy,
                 store=the_store,

@@ -19,8 +19,9 @@ import httpx
 import orjson
 
 from .errors import UpstreamError, WorkerRejected, WorkerTimeout, WorkerUnreachable
+from .http1 import Http1Pool, ProtocolError
 
-__all__ = ["WorkerClient", "make_chat_session", "make_http_client"]
+__all__ = ["WorkerClient", "make_chat_pool", "make_chat_session", "make_http_client"]
 
 _JSON = {"content-type": "application/json"}
 _JSON_STREAM = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -70,6 +71,14 @@ def make_chat_session(
     )
 
 
+def make_chat_pool(*, connect_timeout_s: float, read_timeout_s: float, worker_api_key: str = "") -> Http1Pool:
+    """The non-streamed turns' connections (`http1`): the same timeouts, keep-alive and key as the session's."""
+    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+    return Http1Pool(
+        connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s, keepalive_s=4.0, headers=headers
+    )
+
+
 def _aiohttp_error(exc: BaseException, worker_id: str, *, started: bool = False) -> UpstreamError:
     where = "mid-stream" if started else "before answering"
     if isinstance(exc, TimeoutError):
@@ -108,7 +117,8 @@ def _decode_error(response_body: bytes) -> Mapping[str, Any]:
 
 class WorkerClient:
     """SGLang's HTTP API, as the gateway uses it. Chat turns go over `chat_session` when there is one (production),
-    else over `client` (tests, whose client carries an ASGI transport)."""
+    else over `client` (tests, whose client carries an ASGI transport); non-streamed ones to an http:// worker over
+    `chat_pool` when there is one (production)."""
 
     def __init__(
         self,
@@ -116,14 +126,18 @@ class WorkerClient:
         *,
         read_timeout_s: float,
         chat_session: aiohttp.ClientSession | None = None,
+        chat_pool: Http1Pool | None = None,
     ) -> None:
         self._client = client
         self._chat_session = chat_session
+        self._chat_pool = chat_pool
         # Enforced here as well as by the transport, so that any transport (tests use ASGI) honours it.
         self._read_timeout_s = read_timeout_s
 
     async def chat(self, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A non-streamed chat completion; the parsed JSON answer."""
+        if self._chat_pool is not None and url.startswith("http://"):
+            return await self._chat_pooled(self._chat_pool, worker_id, url, body)
         if self._chat_session is not None:
             return await self._chat_direct(self._chat_session, worker_id, url, body)
         try:
@@ -149,6 +163,17 @@ class WorkerClient:
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _aiohttp_error(exc, worker_id) from exc
+        return _answer(status, content, worker_id)
+
+    async def _chat_pooled(self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            status, content = await pool.post_json(url, "/v1/chat/completions", orjson.dumps(body))
+        except TimeoutError as exc:
+            raise WorkerTimeout(f"Worker {worker_id} timed out before answering.", worker=worker_id) from exc
+        except (OSError, ProtocolError) as exc:
+            raise WorkerUnreachable(
+                f"Worker {worker_id} failed before answering: {type(exc).__name__}.", worker=worker_id
+            ) from exc
         return _answer(status, content, worker_id)
 
     @contextlib.asynccontextmanager

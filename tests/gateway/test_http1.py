@@ -1,0 +1,159 @@
+"""The non-streamed turn's HTTP/1.1 client (`gateway.http1`) against a raw TCP server that answers as scripted.
+
+The server speaks bytes, so each test decides exactly how the answer is framed (length, chunked, until close) and
+how the connection behaves (kept alive, closed, silent), which a real HTTP server would not let a test choose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from sessiongate.gateway.http1 import Http1Pool, ProtocolError
+
+pytestmark = pytest.mark.anyio
+
+BODY = b'{"ok":true}'
+LENGTH = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n" + BODY
+
+Answer = Callable[[bytes], bytes | None]  # the request's bytes -> the bytes to send (None: send nothing)
+
+
+@asynccontextmanager
+async def server(answer: Answer, *, close_after: bool = False) -> AsyncIterator[tuple[str, list[bytes], list[int]]]:
+    """A server on 127.0.0.1; yields its URL, the requests it read and the number of connections it accepted."""
+    requests: list[bytes] = []
+    connections = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                request = head + await reader.readexactly(length)
+                requests.append(request)
+                out = answer(request)
+                if out is not None:
+                    writer.write(out)
+                    await writer.drain()
+                if close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", requests, connections
+    finally:
+        listener.close()
+
+
+def pool(**kwargs: float) -> Http1Pool:
+    return Http1Pool(connect_timeout_s=2, read_timeout_s=kwargs.pop("read_timeout_s", 2), **kwargs)  # type: ignore[arg-type]
+
+
+async def test_requests_reuse_one_kept_alive_connection_and_send_the_body_and_headers() -> None:
+    client = Http1Pool(connect_timeout_s=2, read_timeout_s=2, headers={"Authorization": "Bearer k"})
+    async with server(lambda _: LENGTH) as (url, requests, connections):
+        for _ in range(3):
+            assert await client.post_json(url, "/v1/chat/completions", b'{"a":1}') == (200, BODY)
+        await client.close()
+    assert connections[0] == 1
+    head, _, body = requests[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /v1/chat/completions HTTP/1.1"
+    assert b"Authorization: Bearer k" in lines
+    assert b"content-length: 7" in lines
+    assert body == b'{"a":1}'
+
+
+async def test_a_path_prefix_in_the_worker_url_is_kept() -> None:
+    client = pool()
+    async with server(lambda _: LENGTH) as (url, requests, _):
+        await client.post_json(url + "/prefix/", "/v1/chat/completions", b"{}")
+        await client.close()
+    assert requests[0].startswith(b"POST /prefix/v1/chat/completions HTTP/1.1\r\n")
+
+
+async def test_chunked_answers_and_error_statuses_are_read_whole() -> None:
+    chunked = b'HTTP/1.1 400 Bad Request\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{"a":\r\n2\r\n1}\r\n0\r\n\r\n'
+    client = pool()
+    async with server(lambda _: chunked) as (url, _, connections):
+        assert await client.post_json(url, "/x", b"{}") == (400, b'{"a":1}')
+        assert await client.post_json(url, "/x", b"{}") == (400, b'{"a":1}')
+        await client.close()
+    assert connections[0] == 1
+
+
+async def test_connection_close_and_unframed_answers_are_not_reused() -> None:
+    close = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 11\r\n\r\n" + BODY
+    client = pool()
+    async with server(lambda _: close, close_after=True) as (url, _, connections):
+        assert await client.post_json(url, "/x", b"{}") == (200, BODY)
+        assert await client.post_json(url, "/x", b"{}") == (200, BODY)
+    assert connections[0] == 2
+    unframed = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + BODY  # ends where the connection does
+    async with server(lambda _: unframed, close_after=True) as (url, _, connections):
+        assert await client.post_json(url, "/x", b"{}") == (200, BODY)
+        assert await client.post_json(url, "/x", b"{}") == (200, BODY)
+    assert connections[0] == 2
+    await client.close()
+
+
+async def test_a_connection_closed_mid_answer_or_garbage_is_a_protocol_error() -> None:
+    client = pool()
+    cut = b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n" + BODY
+    async with server(lambda _: cut, close_after=True) as (url, _, _):
+        with pytest.raises(ProtocolError, match="before the answer was complete"):
+            await client.post_json(url, "/x", b"{}")
+    async with server(lambda _: b"SMTP ready\r\n\r\n") as (url, _, _):
+        with pytest.raises(ProtocolError, match="malformed"):
+            await client.post_json(url, "/x", b"{}")
+    async with server(lambda _: b"", close_after=True) as (url, _, _):  # closed without a byte
+        with pytest.raises(ProtocolError):
+            await client.post_json(url, "/x", b"{}")
+    await client.close()
+
+
+async def test_a_silent_worker_times_out_and_its_connection_is_dropped() -> None:
+    client = pool(read_timeout_s=0.2)
+    answers = iter([None, LENGTH])
+    async with server(lambda _: next(answers)) as (url, _, connections):
+        with pytest.raises(TimeoutError):
+            await client.post_json(url, "/x", b"{}")
+        assert await client.post_json(url, "/x", b"{}") == (200, BODY)  # a new connection, not the silent one
+        await client.close()
+    assert connections[0] == 2
+
+
+async def test_a_refused_connection_raises_connection_refused() -> None:
+    async with server(lambda _: LENGTH) as (url, _, _):
+        pass  # closed: nothing listens on its port any more
+    with pytest.raises(ConnectionRefusedError):
+        await pool().post_json(url, "/x", b"{}")
+
+
+async def test_idle_connections_older_than_the_keep_alive_are_not_reused() -> None:
+    client = pool(keepalive_s=0.05)
+    async with server(lambda _: LENGTH) as (url, _, connections):
+        await client.post_json(url, "/x", b"{}")
+        await asyncio.sleep(0.1)
+        await client.post_json(url, "/x", b"{}")
+        await client.close()
+    assert connections[0] == 2
+
+
+async def test_only_plain_http_urls_are_taken() -> None:
+    with pytest.raises(ValueError, match="plain http"):
+        await pool().post_json("https://worker:443", "/x", b"{}")
