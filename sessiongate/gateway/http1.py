@@ -16,14 +16,18 @@ puts the connection back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
 
-__all__ = ["Http1Pool", "ProtocolError"]
+__all__ = ["Http1Pool", "ProtocolError", "Stream"]
+
+# How much of a streamed answer may wait for its reader before the worker's connection stops being read.
+_STREAM_BUFFER_BYTES = 256 * 1024
 
 
 class ProtocolError(Exception):
@@ -37,24 +41,70 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
-        self._answer: asyncio.Future[tuple[int, bytes, bool]] | None = None
         self._parser: httptools.HttpResponseParser | None = None
         self._body: list[bytes] = []
         self._headers_done = False
         self._framed = False  # the answer's end is known from its headers (length or chunked)
+        # A whole answer: set when it is complete.
+        self._answer: asyncio.Future[tuple[int, bytes, bool]] | None = None
+        # A streamed answer: the status when the headers are in, then the body as `read()` takes it.
+        self._head: asyncio.Future[int] | None = None
+        self._complete = False
+        self._keep_alive = False
+        self._error: Exception | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._buffered = 0
+        self._paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
 
-    def request(self, data: bytes) -> asyncio.Future[tuple[int, bytes, bool]]:
-        """Send a request; the future gets (status, body, whether the connection may be reused)."""
+    def _send(self, data: bytes) -> None:
         assert self.transport is not None
-        self._answer = asyncio.get_running_loop().create_future()
         self._parser = httptools.HttpResponseParser(self)
         self._body = []
         self._headers_done = self._framed = False
         self.transport.write(data)
+
+    def request(self, data: bytes) -> asyncio.Future[tuple[int, bytes, bool]]:
+        """Send a request; the future gets (status, body, whether the connection may be reused)."""
+        self._head = None
+        self._answer = asyncio.get_running_loop().create_future()
+        self._send(data)
         return self._answer
+
+    def open_stream(self, data: bytes) -> asyncio.Future[int]:
+        """Send a request whose answer is read as it arrives: the future gets its status once its headers are in,
+        then `read()` returns its body piece by piece."""
+        self._answer = None
+        self._head = asyncio.get_running_loop().create_future()
+        self._complete = self._keep_alive = False
+        self._error = None
+        self._buffered = 0
+        self._send(data)
+        return self._head
+
+    async def read(self) -> bytes:
+        """The streamed body's bytes that arrived since the last call; b"" once the answer is complete."""
+        while not self._body:
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return b""
+            self._wake = asyncio.get_running_loop().create_future()
+            await self._wake
+        data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        self._body = []
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
+    @property
+    def reusable(self) -> bool:
+        """The streamed answer was read to its end and the connection may carry another request."""
+        return self._complete and self._keep_alive and not self.closed and not self._body
 
     def data_received(self, data: bytes) -> None:
         if self._parser is None:  # bytes nobody asked for: the connection cannot be trusted any more
@@ -68,11 +118,11 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self._answer is None or self._answer.done():
+        if self._parser is None:
             return
-        if self._headers_done and not self._framed and self._parser is not None:
+        if self._headers_done and not self._framed:
             # No length and not chunked: the answer ends where the connection does.
-            self._settle(self._parser.get_status_code(), keep_alive=False)
+            self._message_done(keep_alive=False)
             return
         self._fail(ProtocolError("the connection closed before the answer was complete"))
 
@@ -85,31 +135,79 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
+        if self._head is not None and not self._head.done():
+            assert self._parser is not None
+            self._head.set_result(self._parser.get_status_code())
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
+        if self._head is not None:
+            self._buffered += len(body)
+            # A client that reads slowly holds the worker back instead of filling the gateway's memory.
+            if self._buffered > _STREAM_BUFFER_BYTES and not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()
+            self._wake_reader()
 
     def on_message_complete(self) -> None:
         assert self._parser is not None
-        self._settle(self._parser.get_status_code(), keep_alive=self._parser.should_keep_alive())
+        self._message_done(keep_alive=self._parser.should_keep_alive())
 
     # the end of one request
 
-    def _settle(self, status: int, *, keep_alive: bool) -> None:
+    def _message_done(self, *, keep_alive: bool) -> None:
+        assert self._parser is not None
+        status = self._parser.get_status_code()
         self._parser = None
-        if self._answer is not None and not self._answer.done():
-            self._answer.set_result((status, b"".join(self._body), keep_alive and not self.closed))
-        self._body = []
+        keep_alive = keep_alive and not self.closed
+        if self._head is not None:
+            self._complete, self._keep_alive = True, keep_alive
+            self._wake_reader()
+        elif self._answer is not None and not self._answer.done():
+            self._answer.set_result((status, b"".join(self._body), keep_alive))
+            self._body = []
 
     def _fail(self, error: Exception) -> None:
         self._parser = None
-        if self._answer is not None and not self._answer.done():
+        if self._head is not None:
+            self._error = error
+            if not self._head.done():
+                self._head.set_exception(error)
+            self._wake_reader()
+        elif self._answer is not None and not self._answer.done():
             self._answer.set_exception(error)
+
+    def _wake_reader(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+class Stream:
+    """A streamed answer's body: each `read()` waits at most the read timeout for the worker's next bytes."""
+
+    def __init__(self, connection: _Connection, read_timeout_s: float) -> None:
+        self._connection = connection
+        self._read_timeout_s = read_timeout_s
+
+    async def read(self) -> bytes:
+        """The bytes that arrived since the last read, b"" at the end."""
+        async with asyncio.timeout(self._read_timeout_s):
+            return await self._connection.read()
+
+    async def read_all(self) -> bytes:
+        parts = []
+        while data := await self.read():
+            parts.append(data)
+        return b"".join(parts)
+
+
+_JSON = b"accept: application/json\r\n"
+_EVENT_STREAM = b"accept: text/event-stream\r\n"
 
 
 class Http1Pool:
@@ -133,36 +231,51 @@ class Http1Pool:
     async def post_json(self, url: str, path: str, body: bytes) -> tuple[int, bytes]:
         """POST `body` (JSON) to `url` + `path`: the answer's status and body. Raises `TimeoutError` (connecting or
         waiting for the answer), `OSError` (connecting, or the connection failing) or `ProtocolError`."""
-        host, port, target, head = self._origin(url)
-        data = b"".join(
-            (
-                b"POST ",
-                target,
-                path.encode(),
-                head,
-                self._extra,
-                b"content-length: ",
-                str(len(body)).encode(),
-                b"\r\n\r\n",
-                body,
-            )
-        )
-        connection = self._take(url)
-        if connection is None:
-            async with asyncio.timeout(self._connect_timeout_s):
-                _, connection = await asyncio.get_running_loop().create_connection(_Connection, host, port)
+        connection = await self._connection(url)
         try:
             async with asyncio.timeout(self._read_timeout_s):
-                status, content, keep_alive = await connection.request(data)
+                status, content, keep_alive = await connection.request(self._request(url, path, body, _JSON))
         except BaseException:
             connection.close()
             raise
-        if keep_alive:
+        self._put_back(url, connection, keep_alive)
+        return status, content
+
+    @contextlib.asynccontextmanager
+    async def stream_json(self, url: str, path: str, body: bytes) -> AsyncIterator[tuple[int, Stream]]:
+        """POST `body` (JSON) and read the answer as it arrives: its status, and a `Stream` of its body. Raises
+        as `post_json` does, from here or from the stream's reads; leaving before the end closes the connection."""
+        connection = await self._connection(url)
+        reusable = False
+        try:
+            async with asyncio.timeout(self._read_timeout_s):
+                status = await connection.open_stream(self._request(url, path, body, _EVENT_STREAM))
+            yield status, Stream(connection, self._read_timeout_s)
+            reusable = connection.reusable
+        finally:
+            self._put_back(url, connection, reusable)
+
+    def _request(self, url: str, path: str, body: bytes, accept: bytes) -> bytes:
+        _, _, target, head = self._origin(url)
+        length = str(len(body)).encode()
+        return b"".join(
+            (b"POST ", target, path.encode(), head, accept, self._extra, b"content-length: ", length, b"\r\n\r\n", body)
+        )
+
+    async def _connection(self, url: str) -> _Connection:
+        connection = self._take(url)
+        if connection is None:
+            host, port, _, _ = self._origin(url)
+            async with asyncio.timeout(self._connect_timeout_s):
+                _, connection = await asyncio.get_running_loop().create_connection(_Connection, host, port)
+        return connection
+
+    def _put_back(self, url: str, connection: _Connection, reusable: bool) -> None:
+        if reusable:
             connection.idle_since = time.monotonic()
             self._idle.setdefault(url, []).append(connection)
         else:
             connection.close()
-        return status, content
 
     def _origin(self, url: str) -> tuple[str, int, bytes, bytes]:
         origin = self._origins.get(url)
@@ -171,10 +284,9 @@ class Http1Pool:
             if parts.scheme != "http" or parts.hostname is None:
                 raise ValueError(f"the chat client speaks plain http only, not {url!r}")
             port = parts.port or 80
-            head = (
-                f" HTTP/1.1\r\nhost: {parts.hostname}:{port}\r\ncontent-type: application/json\r\n"
-                "accept: application/json\r\n"
-            ).encode("latin-1")
+            head = (f" HTTP/1.1\r\nhost: {parts.hostname}:{port}\r\ncontent-type: application/json\r\n").encode(
+                "latin-1"
+            )
             # A worker URL may carry a path prefix, which the request's path follows.
             origin = self._origins[url] = (parts.hostname, port, parts.path.rstrip("/").encode(), head)
         return origin

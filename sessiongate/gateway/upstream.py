@@ -19,7 +19,7 @@ import httpx
 import orjson
 
 from .errors import UpstreamError, WorkerRejected, WorkerTimeout, WorkerUnreachable
-from .http1 import Http1Pool, ProtocolError
+from .http1 import Http1Pool, ProtocolError, Stream
 
 __all__ = ["WorkerClient", "make_chat_pool", "make_chat_session", "make_http_client"]
 
@@ -79,7 +79,8 @@ def make_chat_pool(*, connect_timeout_s: float, read_timeout_s: float, worker_ap
     )
 
 
-def _aiohttp_error(exc: BaseException, worker_id: str, *, started: bool = False) -> UpstreamError:
+def _transport_error(exc: BaseException, worker_id: str, *, started: bool = False) -> UpstreamError:
+    """A failure of the chat path's own clients (aiohttp, `http1`) as the gateway's error."""
     where = "mid-stream" if started else "before answering"
     if isinstance(exc, TimeoutError):
         what = "went silent mid-stream" if started else "timed out before answering"
@@ -162,18 +163,14 @@ class WorkerClient:
                 content = await response.read()
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _aiohttp_error(exc, worker_id) from exc
+            raise _transport_error(exc, worker_id) from exc
         return _answer(status, content, worker_id)
 
     async def _chat_pooled(self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
         try:
             status, content = await pool.post_json(url, "/v1/chat/completions", orjson.dumps(body))
-        except TimeoutError as exc:
-            raise WorkerTimeout(f"Worker {worker_id} timed out before answering.", worker=worker_id) from exc
-        except (OSError, ProtocolError) as exc:
-            raise WorkerUnreachable(
-                f"Worker {worker_id} failed before answering: {type(exc).__name__}.", worker=worker_id
-            ) from exc
+        except (TimeoutError, OSError, ProtocolError) as exc:
+            raise _transport_error(exc, worker_id) from exc
         return _answer(status, content, worker_id)
 
     @contextlib.asynccontextmanager
@@ -185,6 +182,10 @@ class WorkerClient:
 
         Errors before the first byte raise from the `async with`; later ones raise from the iterator.
         """
+        if self._chat_pool is not None and url.startswith("http://"):
+            async with self._stream_pooled(self._chat_pool, worker_id, url, body) as lines:
+                yield lines
+            return
         if self._chat_session is not None:
             async with self._stream_direct(self._chat_session, worker_id, url, body) as lines:
                 yield lines
@@ -210,19 +211,38 @@ class WorkerClient:
             await response.aclose()
 
     @contextlib.asynccontextmanager
+    async def _stream_pooled(
+        self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any]
+    ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                status, stream = await stack.enter_async_context(
+                    pool.stream_json(url, "/v1/chat/completions", orjson.dumps(body))
+                )
+            except (TimeoutError, OSError, ProtocolError) as exc:
+                raise _transport_error(exc, worker_id) from exc
+            if status != 200:
+                try:
+                    content = await stream.read_all()
+                except (TimeoutError, OSError, ProtocolError) as exc:
+                    raise _transport_error(exc, worker_id) from exc
+                raise WorkerRejected(status, _decode_error(content), worker=worker_id)
+            yield _pooled_lines(stream, worker_id)
+
+    @contextlib.asynccontextmanager
     async def _stream_direct(
         self, session: aiohttp.ClientSession, worker_id: str, url: str, body: Mapping[str, Any]
     ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
         try:
             response = await session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=_JSON_STREAM)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _aiohttp_error(exc, worker_id) from exc
+            raise _transport_error(exc, worker_id) from exc
         try:
             if response.status != 200:
                 try:
                     content = await response.read()
                 except (aiohttp.ClientError, TimeoutError) as exc:
-                    raise _aiohttp_error(exc, worker_id) from exc
+                    raise _transport_error(exc, worker_id) from exc
                 raise WorkerRejected(response.status, _decode_error(content), worker=worker_id)
             yield _direct_lines(response, worker_id)
         finally:
@@ -265,6 +285,21 @@ def _answer(status: int, content: bytes, worker_id: str) -> dict[str, Any]:
     return answer
 
 
+async def _pooled_lines(stream: Stream, worker_id: str) -> AsyncIterator[list[bytes]]:
+    """`_direct_lines` over the pool's stream."""
+    partial = b""
+    try:
+        while data := await stream.read():
+            *complete, partial = (partial + data).split(b"\n")
+            lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
+            if lines:
+                yield lines
+        if partial.strip(b"\r"):
+            yield [partial.rstrip(b"\r")]
+    except (TimeoutError, OSError, ProtocolError) as exc:
+        raise _transport_error(exc, worker_id, started=True) from exc
+
+
 async def _direct_lines(response: aiohttp.ClientResponse, worker_id: str) -> AsyncIterator[list[bytes]]:
     """The stream's non-empty lines, grouped by the network read that completed them; the session's read timeout
     bounds the wait for each read."""
@@ -278,4 +313,4 @@ async def _direct_lines(response: aiohttp.ClientResponse, worker_id: str) -> Asy
         if partial.strip(b"\r"):
             yield [partial.rstrip(b"\r")]
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise _aiohttp_error(exc, worker_id, started=True) from exc
+        raise _transport_error(exc, worker_id, started=True) from exc

@@ -157,3 +157,76 @@ async def test_idle_connections_older_than_the_keep_alive_are_not_reused() -> No
 async def test_only_plain_http_urls_are_taken() -> None:
     with pytest.raises(ValueError, match="plain http"):
         await pool().post_json("https://worker:443", "/x", b"{}")
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def test_a_stream_is_read_as_it_arrives_and_its_connection_reused_once_read_to_the_end() -> None:
+    client = pool()
+    gate = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.startswith(b"content-length"))
+            await reader.readexactly(length)
+            assert b"accept: text/event-stream" in head
+            writer.write(SSE_HEAD + _chunk(b"data: 1\n\n"))
+            await gate.wait()  # the first event must reach the reader before the rest is sent
+            writer.write(_chunk(b"data: 2\n\n") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            gate.clear()
+
+    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    try:
+        for _ in range(2):
+            async with client.stream_json(url, "/v1/chat/completions", b"{}") as (status, stream):
+                assert status == 200
+                assert await stream.read() == b"data: 1\n\n"
+                gate.set()
+                assert await stream.read_all() == b"data: 2\n\ndata: [DONE]\n\n"
+        assert len(client._idle[url]) == 1  # one connection, back in the pool after each complete stream
+    finally:
+        await client.close()
+        listener.close()
+
+
+async def test_a_stream_left_early_closes_its_connection() -> None:
+    client = pool()
+    async with server(lambda _: SSE_HEAD + _chunk(b"data: 1\n\n")) as (url, _, connections):
+        for _ in range(2):
+            async with client.stream_json(url, "/x", b"{}") as (_, stream):
+                assert await stream.read() == b"data: 1\n\n"
+        await client.close()
+    assert connections[0] == 2
+
+
+async def test_a_stream_cut_mid_way_or_silent_raises_from_its_reads() -> None:
+    client = pool(read_timeout_s=0.2)
+    cut = SSE_HEAD + _chunk(b"data: 1\n\n")
+    async with server(lambda _: cut, close_after=True) as (url, _, _), client.stream_json(url, "/x", b"{}") as (_, s):
+        assert await s.read() == b"data: 1\n\n"
+        with pytest.raises(ProtocolError, match="before the answer was complete"):
+            await s.read()
+    async with server(lambda _: SSE_HEAD) as (url, _, _), client.stream_json(url, "/x", b"{}") as (_, s):
+        with pytest.raises(TimeoutError):
+            await s.read()
+    async with server(lambda _: None) as (url, _, _):  # no status line at all
+        with pytest.raises(TimeoutError):
+            async with client.stream_json(url, "/x", b"{}"):
+                pass
+    await client.close()
+
+
+async def test_an_error_status_opens_a_stream_whose_body_is_the_error() -> None:
+    answer = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 11\r\n\r\n" + BODY
+    client = pool()
+    async with server(lambda _: answer) as (url, _, _):
+        async with client.stream_json(url, "/x", b"{}") as (status, stream):
+            assert (status, await stream.read_all()) == (503, BODY)
+        await client.close()
