@@ -2,9 +2,10 @@
 
 One shared `httpx.AsyncClient` (opened in the lifespan) carries the control traffic (health, load reports, the
 extension's endpoints). By default it runs over the aiohttp transport; tests inject an ASGI transport instead.
-The chat turns themselves, the gateway's hot path, go over one shared `aiohttp.ClientSession` when there is no
-injected transport: httpx's request and response models cost more CPU per turn than the rest of the proxying
-(docs/benchmarks.md, "The gateway's cost per turn"), and a chat turn needs none of what they add.
+The chat turns themselves, the gateway's hot path, go over `http1.Http1Pool` (a minimal HTTP/1.1 client) when
+there is no injected transport, and to an https:// worker over one shared `aiohttp.ClientSession`: httpx's request
+and response models, and then aiohttp's, cost more CPU per turn than the rest of the proxying (docs/benchmarks.md,
+"The gateway's cost per turn"), and a chat turn needs none of what they add.
 """
 
 from __future__ import annotations
