@@ -19,16 +19,25 @@ pytestmark = pytest.mark.anyio
 BODY = b'{"ok":true}'
 LENGTH = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n" + BODY
 
-Answer = Callable[[bytes], bytes | None]  # the request's bytes -> the bytes to send (None: send nothing)
+# The request's bytes -> what to send: bytes, None (nothing), or a list of bytes to send and events to wait for
+# (each cleared once it fired) in between.
+Answer = Callable[[bytes], "bytes | list[bytes | asyncio.Event] | None"]
 
 
 @asynccontextmanager
 async def server(answer: Answer, *, close_after: bool = False) -> AsyncIterator[tuple[str, list[bytes], list[int]]]:
-    """A server on 127.0.0.1; yields its URL, the requests it read and the number of connections it accepted."""
+    """A server on 127.0.0.1; yields its URL, the requests it read and the number of connections it accepted.
+    On the way out its connections are closed and their handlers end (none is left for the next test)."""
     requests: list[bytes] = []
     connections = [0]
+    handlers: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        writers.append(writer)
         connections[0] += 1
         try:
             while True:
@@ -41,9 +50,13 @@ async def server(answer: Answer, *, close_after: bool = False) -> AsyncIterator[
                 request = head + await reader.readexactly(length)
                 requests.append(request)
                 out = answer(request)
-                if out is not None:
-                    writer.write(out)
-                    await writer.drain()
+                for part in out if isinstance(out, list) else [out]:
+                    if isinstance(part, asyncio.Event):
+                        await part.wait()
+                        part.clear()
+                    elif part is not None:
+                        writer.write(part)
+                        await writer.drain()
                 if close_after:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -57,6 +70,10 @@ async def server(answer: Answer, *, close_after: bool = False) -> AsyncIterator[
         yield f"http://127.0.0.1:{port}", requests, connections
     finally:
         listener.close()
+        for writer in writers:
+            writer.close()  # a handler waiting for the next request reads the end and returns
+        if handlers:
+            await asyncio.wait(handlers, timeout=5)
 
 
 def pool(**kwargs: float) -> Http1Pool:
@@ -168,32 +185,18 @@ SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-enco
 
 async def test_a_stream_is_read_as_it_arrives_and_its_connection_reused_once_read_to_the_end() -> None:
     client = pool()
-    gate = asyncio.Event()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.startswith(b"content-length"))
-            await reader.readexactly(length)
-            assert b"accept: text/event-stream" in head
-            writer.write(SSE_HEAD + _chunk(b"data: 1\n\n"))
-            await gate.wait()  # the first event must reach the reader before the rest is sent
-            writer.write(_chunk(b"data: 2\n\n") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-            gate.clear()
-
-    listener = await asyncio.start_server(handle, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
-    try:
+    gate = asyncio.Event()  # the first event must reach the reader before the rest is sent
+    rest = _chunk(b"data: 2\n\n") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    async with server(lambda _: [SSE_HEAD + _chunk(b"data: 1\n\n"), gate, rest]) as (url, requests, connections):
         for _ in range(2):
             async with client.stream_json(url, "/v1/chat/completions", b"{}") as (status, stream):
                 assert status == 200
                 assert await stream.read() == b"data: 1\n\n"
                 gate.set()
                 assert await stream.read_all() == b"data: 2\n\ndata: [DONE]\n\n"
-        assert len(client._idle[url]) == 1  # one connection, back in the pool after each complete stream
-    finally:
         await client.close()
-        listener.close()
+    assert connections[0] == 1  # back in the pool after each complete stream
+    assert all(b"accept: text/event-stream" in request for request in requests)
 
 
 async def test_a_stream_left_early_closes_its_connection() -> None:
