@@ -284,9 +284,8 @@ class Http1Pool:
             if parts.scheme != "http" or parts.hostname is None:
                 raise ValueError(f"the chat client speaks plain http only, not {url!r}")
             port = parts.port or 80
-            head = (f" HTTP/1.1\r\nhost: {parts.hostname}:{port}\r\ncontent-type: application/json\r\n").encode(
-                "latin-1"
-            )
+            host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address
+            head = f" HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n".encode("latin-1")
             # A worker URL may carry a path prefix, which the request's path follows.
             origin = self._origins[url] = (parts.hostname, port, parts.path.rstrip("/").encode(), head)
         return origin
