@@ -69,6 +69,7 @@ class GroupCommitter:
         self.batches = 0  # committed batches and the jobs in them: the figures of `store_costs`
         self.jobs = 0
         self.waited = 0  # batches that found the write lock taken and waited for it on the worker thread
+        self._inline: Connection | None = None
 
     async def run(self, work: Callable[[Connection], T]) -> T:
         job: _Job[T] = _Job(work)
@@ -120,22 +121,33 @@ class GroupCommitter:
         commit), and while it holds the GIL, its Python (most of its time) stops the event loop on a worker thread
         just the same. On the thread every SQLite call released the GIL and took it back, each time against the
         busy event loop, and the thread hop and the handovers cost more CPU than the batch itself."""
-        with self._engine.connect() as conn:
+        conn = self._inline_connection()
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except OperationalError as exc:
+            conn.rollback()
+            if isinstance(exc.orig, sqlite3.Error) and exc.orig.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+                return False
+            raise
+        self._run_begun(conn, batch)
+        return True
+
+    def _inline_connection(self) -> Connection:
+        """The event loop's own connection, kept open between batches (no pool checkout and reset per batch); its
+        busy timeout is 0, so that a batch never waits on the event loop for another writer's lock."""
+        conn = self._inline
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._engine.connect()
             driver = conn.connection.driver_connection
             assert driver is not None
-            (busy_timeout,) = driver.execute("PRAGMA busy_timeout").fetchone()
             driver.execute("PRAGMA busy_timeout=0")
-            try:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-            except OperationalError as exc:
-                conn.rollback()
-                if isinstance(exc.orig, sqlite3.Error) and exc.orig.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-                    return False
-                raise
-            finally:
-                driver.execute(f"PRAGMA busy_timeout={int(busy_timeout)}")
-            self._run_begun(conn, batch)
-        return True
+            self._inline = conn
+        return conn
+
+    def close(self) -> None:
+        if self._inline is not None:
+            self._inline.close()
+            self._inline = None
 
     def _run_batch(self, batch: list[_Job[Any]]) -> None:
         """On the worker thread: every job in its savepoint, then one commit (which raises for the whole batch)."""
