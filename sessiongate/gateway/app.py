@@ -28,6 +28,7 @@ from .admin_api import admin_routes
 from .advisor.signals import signal_routes
 from .auth import authentication_mode
 from .chat import chat_completions
+from .chat_route import ChatRoute
 from .errors import exception_handlers
 from .health import healthz, list_models, metrics, readyz
 from .keys_api import key_routes
@@ -49,7 +50,7 @@ from .settings import GatewaySettings
 from .shared import make_shared
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
-from .upstream import WorkerClient, make_chat_session, make_http_client
+from .upstream import WorkerClient, make_chat_pool, make_chat_session, make_http_client
 from .webui import ui_routes
 from .wiring import start_routing
 from .workers import WorkerPool
@@ -100,8 +101,14 @@ def create_app(
                 worker_api_key=settings.worker_api_key,
             )
             stack.push_async_callback(http.aclose)
-            chat_session = None
+            chat_session, chat_pool = None, None
             if worker_transport is None:
+                chat_pool = make_chat_pool(
+                    connect_timeout_s=settings.upstream_connect_timeout_s,
+                    read_timeout_s=settings.upstream_read_timeout_s,
+                    worker_api_key=settings.worker_api_key,
+                )
+                stack.push_async_callback(chat_pool.close)
                 chat_session = make_chat_session(
                     connect_timeout_s=settings.upstream_connect_timeout_s,
                     read_timeout_s=settings.upstream_read_timeout_s,
@@ -167,7 +174,10 @@ def create_app(
                 http=http,
                 workers=pool,
                 worker_client=WorkerClient(
-                    http, read_timeout_s=settings.upstream_read_timeout_s, chat_session=chat_session
+                    http,
+                    read_timeout_s=settings.upstream_read_timeout_s,
+                    chat_session=chat_session,
+                    chat_pool=chat_pool,
                 ),
                 policy=routing.router.policy,
                 store=the_store,
@@ -194,6 +204,13 @@ def create_app(
     app = Starlette(
         routes=_routes(),
         middleware=[
+            Middleware(
+                ChatRoute,
+                handler=chat_completions,
+                metrics=gateway_metrics,
+                max_body_bytes=settings.max_body_bytes,
+                max_header_bytes=settings.max_header_bytes,
+            ),
             Middleware(RequestContext, metrics=gateway_metrics),
             Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
             Middleware(HeaderLimit, max_bytes=settings.max_header_bytes),

@@ -56,6 +56,21 @@ class GatewayMetrics:
         )
         self.advisories = AdvisoryCollector()
         self.registry.register(self.advisories)
+        # Label children by their values: `labels()` takes a lock and builds a key on every call, per request.
+        self._requests_by: dict[tuple[str, int], Counter] = {}
+        self._turns_by: dict[tuple[str, str], Counter] = {}
+
+    def count_request(self, route: str, status: int) -> None:
+        child = self._requests_by.get((route, status))
+        if child is None:
+            child = self._requests_by[(route, status)] = self.http_requests.labels(route, str(status))
+        child.inc()
+
+    def count_turn(self, status: str, worker: str) -> None:
+        child = self._turns_by.get((status, worker))
+        if child is None:
+            child = self._turns_by[(status, worker)] = self.turns.labels(status, worker)
+        child.inc()
 
     def watch_advisories(self, stats: AdvisoryStats) -> None:
         """Report this advisor's figures (the app calls it once its advisor exists)."""

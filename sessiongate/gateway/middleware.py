@@ -5,6 +5,8 @@
 - `BodyLimit`: refuses bodies over the configured size with 413, by `content-length` up front or by counting
   the bytes of a chunked body as they arrive.
 - `HeaderLimit`: refuses requests whose headers (names and values) total more than the configured size with 431.
+
+Each is also a set of functions, which the chat route (`chat_route.ChatRoute`, ahead of this stack) calls itself.
 """
 
 from __future__ import annotations
@@ -20,7 +22,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import PayloadTooLarge, error_body
 from .metrics import GatewayMetrics
 
-__all__ = ["BodyLimit", "HeaderLimit", "RequestContext"]
+__all__ = [
+    "BodyLimit",
+    "HeaderLimit",
+    "RequestContext",
+    "declared_body_too_large",
+    "end_request",
+    "headers_too_large",
+    "limit_body",
+    "refuse_body",
+    "refuse_headers",
+    "start_request",
+]
 
 log = structlog.get_logger("gateway.access")
 
@@ -36,10 +49,7 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = _header(scope, b"x-request-id")
-        request_id = incoming if incoming and _REQUEST_ID.fullmatch(incoming) else secrets.token_hex(8)
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(request_id=request_id)
+        request_id = start_request(scope)
         started = time.perf_counter()
         status = 500
 
@@ -55,15 +65,28 @@ class RequestContext:
             await self.app(scope, receive, send_with_id)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.http_requests.labels(path, str(status)).inc()
-            log.info(
-                "request",
-                method=scope["method"],
-                path=path,
-                status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
-            )
+            end_request(self.metrics, scope, getattr(route, "path", None) or "unmatched", status, started)
+
+
+def start_request(scope: Scope) -> str:
+    """The request's id (the client's `x-request-id` when it is sane, else a new one), bound into the log context."""
+    incoming = _header(scope, b"x-request-id")
+    request_id = incoming if incoming and _REQUEST_ID.fullmatch(incoming) else secrets.token_hex(8)
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    return request_id
+
+
+def end_request(metrics: GatewayMetrics, scope: Scope, path: str, status: int, started: float) -> None:
+    """The request counter and the access-log event of a request that ended with `status`."""
+    metrics.count_request(path, status)
+    log.info(
+        "request",
+        method=scope["method"],
+        path=path,
+        status=status,
+        duration_ms=round((time.perf_counter() - started) * 1000, 2),
+    )
 
 
 class BodyLimit:
@@ -75,40 +98,52 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
+        if declared_body_too_large(scope, self.max_bytes):
+            await refuse_body(send, self.max_bytes)
             return
-        seen = 0
+        await self.app(scope, limit_body(receive, self.max_bytes), send)
 
-        async def counting_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise PayloadTooLarge(self._message())
-            return message
 
-        await self.app(scope, counting_receive, send)
+def declared_body_too_large(scope: Scope, max_bytes: int) -> bool:
+    declared = _header(scope, b"content-length")
+    return declared is not None and declared.isdigit() and int(declared) > max_bytes
 
-    def _message(self) -> str:
-        return f"The request body is larger than the limit of {self.max_bytes} bytes."
 
-    async def _refuse(self, send: Send) -> None:
-        body = orjson.dumps(error_body(self._message(), "invalid_request_error", code="request_too_large"))
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+def limit_body(receive: Receive, max_bytes: int) -> Receive:
+    """`receive`, raising `PayloadTooLarge` once the body's bytes (a chunked body has no length up front) pass
+    `max_bytes`."""
+    seen = 0
+
+    async def counting_receive() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > max_bytes:
+                raise PayloadTooLarge(_body_message(max_bytes))
+        return message
+
+    return counting_receive
+
+
+def _body_message(max_bytes: int) -> str:
+    return f"The request body is larger than the limit of {max_bytes} bytes."
+
+
+async def refuse_body(send: Send, max_bytes: int) -> None:
+    body = orjson.dumps(error_body(_body_message(max_bytes), "invalid_request_error", code="request_too_large"))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class HeaderLimit:
@@ -117,19 +152,27 @@ class HeaderLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.max_bytes:
-            message = f"The request headers are larger than the limit of {self.max_bytes} bytes."
-            body = orjson.dumps(error_body(message, "invalid_request_error", code="headers_too_large"))
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 431,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+        if scope["type"] == "http" and headers_too_large(scope, self.max_bytes):
+            await refuse_headers(send, self.max_bytes)
             return
         await self.app(scope, receive, send)
+
+
+def headers_too_large(scope: Scope, max_bytes: int) -> bool:
+    return sum(len(k) + len(v) for k, v in scope["headers"]) > max_bytes
+
+
+async def refuse_headers(send: Send, max_bytes: int) -> None:
+    message = f"The request headers are larger than the limit of {max_bytes} bytes."
+    body = orjson.dumps(error_body(message, "invalid_request_error", code="headers_too_large"))
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 431,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

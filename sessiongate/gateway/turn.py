@@ -98,7 +98,7 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
     state.advisor.on_turn_end(
         ctx.session_id, ctx.tenant_id, ctx.turn_id, cache_details=result.cached_tokens_details, tool_names=tool_names
     )
-    state.metrics.turns.labels("ok", ctx.worker_id).inc()
+    state.metrics.count_turn("ok", ctx.worker_id)
     state.metrics.turn_latency.observe(time.perf_counter() - ctx.started)
     state.metrics.record_prompt_sources(
         usage.get("prompt_tokens"), result.cached_tokens_details, prompt_details.get("cached_tokens")
@@ -154,7 +154,7 @@ async def fail_turn(
     if isinstance(error, WorkerUnreachable):
         ctx.state.workers.report_unreachable(ctx.worker_id, error.message)
     ctx.state.advisor.on_turn_end(ctx.session_id, ctx.tenant_id, ctx.turn_id, cache_details=None)
-    ctx.state.metrics.turns.labels(status, ctx.worker_id).inc()
+    ctx.state.metrics.count_turn(status, ctx.worker_id)
     await record_failure(
         ctx.state,
         ctx.turn_id,

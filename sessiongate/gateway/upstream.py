@@ -2,9 +2,10 @@
 
 One shared `httpx.AsyncClient` (opened in the lifespan) carries the control traffic (health, load reports, the
 extension's endpoints). By default it runs over the aiohttp transport; tests inject an ASGI transport instead.
-The chat turns themselves, the gateway's hot path, go over one shared `aiohttp.ClientSession` when there is no
-injected transport: httpx's request and response models cost more CPU per turn than the rest of the proxying
-(docs/benchmarks.md, "The gateway's cost per turn"), and a chat turn needs none of what they add.
+The chat turns themselves, the gateway's hot path, go over `http1.Http1Pool` (a minimal HTTP/1.1 client) when
+there is no injected transport, and to an https:// worker over one shared `aiohttp.ClientSession`: httpx's request
+and response models, and then aiohttp's, cost more CPU per turn than the rest of the proxying (docs/benchmarks.md,
+"The gateway's cost per turn"), and a chat turn needs none of what they add.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import httpx
 import orjson
 
 from .errors import UpstreamError, WorkerRejected, WorkerTimeout, WorkerUnreachable
+from .http1 import Http1Pool, ProtocolError, Stream
 
-__all__ = ["WorkerClient", "make_chat_session", "make_http_client"]
+__all__ = ["WorkerClient", "make_chat_pool", "make_chat_session", "make_http_client"]
 
 _JSON = {"content-type": "application/json"}
 _JSON_STREAM = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -70,7 +72,16 @@ def make_chat_session(
     )
 
 
-def _aiohttp_error(exc: BaseException, worker_id: str, *, started: bool = False) -> UpstreamError:
+def make_chat_pool(*, connect_timeout_s: float, read_timeout_s: float, worker_api_key: str = "") -> Http1Pool:
+    """The non-streamed turns' connections (`http1`): the same timeouts, keep-alive and key as the session's."""
+    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+    return Http1Pool(
+        connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s, keepalive_s=4.0, headers=headers
+    )
+
+
+def _transport_error(exc: BaseException, worker_id: str, *, started: bool = False) -> UpstreamError:
+    """A failure of the chat path's own clients (aiohttp, `http1`) as the gateway's error."""
     where = "mid-stream" if started else "before answering"
     if isinstance(exc, TimeoutError):
         what = "went silent mid-stream" if started else "timed out before answering"
@@ -108,7 +119,8 @@ def _decode_error(response_body: bytes) -> Mapping[str, Any]:
 
 class WorkerClient:
     """SGLang's HTTP API, as the gateway uses it. Chat turns go over `chat_session` when there is one (production),
-    else over `client` (tests, whose client carries an ASGI transport)."""
+    else over `client` (tests, whose client carries an ASGI transport); non-streamed ones to an http:// worker over
+    `chat_pool` when there is one (production)."""
 
     def __init__(
         self,
@@ -116,14 +128,18 @@ class WorkerClient:
         *,
         read_timeout_s: float,
         chat_session: aiohttp.ClientSession | None = None,
+        chat_pool: Http1Pool | None = None,
     ) -> None:
         self._client = client
         self._chat_session = chat_session
+        self._chat_pool = chat_pool
         # Enforced here as well as by the transport, so that any transport (tests use ASGI) honours it.
         self._read_timeout_s = read_timeout_s
 
     async def chat(self, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """A non-streamed chat completion; the parsed JSON answer."""
+        if self._chat_pool is not None and url.startswith("http://"):
+            return await self._chat_pooled(self._chat_pool, worker_id, url, body)
         if self._chat_session is not None:
             return await self._chat_direct(self._chat_session, worker_id, url, body)
         try:
@@ -148,7 +164,14 @@ class WorkerClient:
                 content = await response.read()
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _aiohttp_error(exc, worker_id) from exc
+            raise _transport_error(exc, worker_id) from exc
+        return _answer(status, content, worker_id)
+
+    async def _chat_pooled(self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            status, content = await pool.post_json(url, "/v1/chat/completions", orjson.dumps(body))
+        except (TimeoutError, OSError, ProtocolError) as exc:
+            raise _transport_error(exc, worker_id) from exc
         return _answer(status, content, worker_id)
 
     @contextlib.asynccontextmanager
@@ -160,6 +183,10 @@ class WorkerClient:
 
         Errors before the first byte raise from the `async with`; later ones raise from the iterator.
         """
+        if self._chat_pool is not None and url.startswith("http://"):
+            async with self._stream_pooled(self._chat_pool, worker_id, url, body) as lines:
+                yield lines
+            return
         if self._chat_session is not None:
             async with self._stream_direct(self._chat_session, worker_id, url, body) as lines:
                 yield lines
@@ -185,19 +212,38 @@ class WorkerClient:
             await response.aclose()
 
     @contextlib.asynccontextmanager
+    async def _stream_pooled(
+        self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any]
+    ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                status, stream = await stack.enter_async_context(
+                    pool.stream_json(url, "/v1/chat/completions", orjson.dumps(body))
+                )
+            except (TimeoutError, OSError, ProtocolError) as exc:
+                raise _transport_error(exc, worker_id) from exc
+            if status != 200:
+                try:
+                    content = await stream.read_all()
+                except (TimeoutError, OSError, ProtocolError) as exc:
+                    raise _transport_error(exc, worker_id) from exc
+                raise WorkerRejected(status, _decode_error(content), worker=worker_id)
+            yield _pooled_lines(stream, worker_id)
+
+    @contextlib.asynccontextmanager
     async def _stream_direct(
         self, session: aiohttp.ClientSession, worker_id: str, url: str, body: Mapping[str, Any]
     ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
         try:
             response = await session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=_JSON_STREAM)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _aiohttp_error(exc, worker_id) from exc
+            raise _transport_error(exc, worker_id) from exc
         try:
             if response.status != 200:
                 try:
                     content = await response.read()
                 except (aiohttp.ClientError, TimeoutError) as exc:
-                    raise _aiohttp_error(exc, worker_id) from exc
+                    raise _transport_error(exc, worker_id) from exc
                 raise WorkerRejected(response.status, _decode_error(content), worker=worker_id)
             yield _direct_lines(response, worker_id)
         finally:
@@ -240,6 +286,21 @@ def _answer(status: int, content: bytes, worker_id: str) -> dict[str, Any]:
     return answer
 
 
+async def _pooled_lines(stream: Stream, worker_id: str) -> AsyncIterator[list[bytes]]:
+    """`_direct_lines` over the pool's stream."""
+    partial = b""
+    try:
+        while data := await stream.read():
+            *complete, partial = (partial + data).split(b"\n")
+            lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
+            if lines:
+                yield lines
+        if partial.strip(b"\r"):
+            yield [partial.rstrip(b"\r")]
+    except (TimeoutError, OSError, ProtocolError) as exc:
+        raise _transport_error(exc, worker_id, started=True) from exc
+
+
 async def _direct_lines(response: aiohttp.ClientResponse, worker_id: str) -> AsyncIterator[list[bytes]]:
     """The stream's non-empty lines, grouped by the network read that completed them; the session's read timeout
     bounds the wait for each read."""
@@ -253,4 +314,4 @@ async def _direct_lines(response: aiohttp.ClientResponse, worker_id: str) -> Asy
         if partial.strip(b"\r"):
             yield [partial.rstrip(b"\r")]
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise _aiohttp_error(exc, worker_id, started=True) from exc
+        raise _transport_error(exc, worker_id, started=True) from exc

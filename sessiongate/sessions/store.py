@@ -633,6 +633,8 @@ class SqlSessionStore:
 
     async def close(self) -> None:
         await self._engine.dispose()
+        if self._group_commit is not None:
+            self._group_commit.close()
         if self._sqlite_file is not None:
             self._sqlite_file.dispose()
 

@@ -126,20 +126,41 @@ async def test_a_batch_that_cannot_begin_fails_every_job_with_the_translated_err
 
 async def test_a_cancelled_caller_waits_for_its_job_which_commits(engine: Engine) -> None:
     committer = _committer(engine)
-    started = threading.Event()
-
-    def slow(conn: Connection) -> str:
-        conn.execute(text("INSERT INTO t (k) VALUES ('slow')"))
-        started.set()
-        time.sleep(0.2)
-        return "slow"
-
-    task = asyncio.create_task(committer.run(slow))
-    assert await asyncio.to_thread(started.wait, 10)
+    task = asyncio.create_task(committer.run(_insert("queued")))
+    await asyncio.sleep(0)  # the job is queued, its batch not run yet
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert _keys(engine) == {"slow"}  # the caller's cancel came back only after the commit
+    assert _keys(engine) == {"queued"}  # the caller's cancel came back only after the commit
+
+
+async def test_a_batch_that_finds_the_file_locked_waits_for_it_on_the_worker_thread(
+    engine: Engine, tmp_path: Path
+) -> None:
+    committer = _committer(engine)
+    await committer.run(_insert("first"))
+    assert committer.waited == 0  # the lock was free: the batch ran at once, on the event loop
+    holder = sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)  # another writer
+    holder.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(0.3, holder.rollback)
+    released.start()
+    loop_ran = asyncio.Event()
+
+    async def tick() -> None:
+        await asyncio.sleep(0.05)
+        loop_ran.set()
+
+    try:
+        started = time.monotonic()
+        _, result = await asyncio.gather(tick(), committer.run(_insert("second")))
+        assert result == "second"
+        assert time.monotonic() - started >= 0.25  # it waited for the lock...
+        assert loop_ran.is_set()  # ...off the event loop, which kept running
+        assert committer.waited == 1
+    finally:
+        released.join()
+        holder.close()
+    assert _keys(engine) == {"first", "second"}
 
 
 async def test_the_store_groups_concurrent_turns(tmp_path: Path) -> None:
