@@ -2,7 +2,8 @@
 
 Health comes from two sources: a background loop that polls each worker's `GET /health`, and the requests
 themselves (a worker that refuses a connection is marked down at once). A worker is routable after one good
-check; one that fails `unhealthy_after` checks in a row leaves the routable set until its next good check.
+check; one that fails `unhealthy_after` checks in a row leaves the routable set until its next good check. A check
+that times out while the gateway has turns in flight on the worker does not count: the worker is busy.
 """
 
 from __future__ import annotations
@@ -121,6 +122,15 @@ class WorkerPool:
             response = await self._client.get(f"{worker.url}/health", timeout=self._timeout)
             ok = response.status_code == 200
             reason = None if ok else f"health answered {response.status_code}"
+        except httpx.TimeoutException as exc:
+            if worker.healthy and worker.in_flight:
+                # SGLang's /health runs a one-token generation behind the running batch and answers only when the
+                # scheduler next reports: on a worker whose forward passes take seconds (long prefills on CPU) it
+                # times out while the worker serves. Busy is not dead: a hung worker is caught by its turns'
+                # timeouts, which take it out at once (`report_unreachable`).
+                log.debug("worker_busy", worker=worker.id, in_flight=worker.in_flight)
+                return True
+            ok, reason = False, f"{type(exc).__name__}: {exc}"
         except httpx.HTTPError as exc:
             ok, reason = False, f"{type(exc).__name__}: {exc}"
         if ok:

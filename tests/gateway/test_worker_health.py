@@ -1,0 +1,77 @@
+"""The health loop's verdicts: a worker that does not answer `/health` leaves the routable set after
+`unhealthy_after` checks, unless it has turns in flight: SGLang answers `/health` only once its scheduler reports
+again, so a worker deep in long prefills times out the check while serving."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from sessiongate.gateway.workers import WorkerPool, worker_id_for
+
+pytestmark = pytest.mark.anyio
+
+URL = "http://worker-a:30000"
+
+
+def _pool(answer: str) -> tuple[WorkerPool, httpx.AsyncClient]:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/health"
+        if answer == "timeout":
+            raise httpx.ReadTimeout("no answer within the timeout", request=request)
+        if answer == "refused":
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return WorkerPool((URL,), client, health_timeout_s=0.1, unhealthy_after=2), client
+
+
+async def _checks(pool: WorkerPool, n: int) -> list[bool]:
+    worker = pool.get(worker_id_for(URL))
+    assert worker is not None
+    return [await pool.check(worker) for _ in range(n)]
+
+
+async def test_a_worker_is_routable_after_one_good_check() -> None:
+    pool, client = _pool("ok")
+    assert pool.routable() == []
+    assert await _checks(pool, 1) == [True]
+    assert [w.id for w in pool.routable()] == [worker_id_for(URL)]
+    await client.aclose()
+
+
+async def test_an_idle_worker_that_times_out_leaves_after_two_checks() -> None:
+    pool, client = _pool("timeout")
+    worker = pool.get(worker_id_for(URL))
+    assert worker is not None
+    worker.healthy = True
+    assert await _checks(pool, 1) == [False]
+    assert [w.id for w in pool.routable()] == [worker.id]  # one failed check is not enough
+    assert await _checks(pool, 1) == [False]
+    assert pool.routable() == []
+    await client.aclose()
+
+
+async def test_a_worker_serving_turns_that_times_out_stays_routable() -> None:
+    pool, client = _pool("timeout")
+    worker = pool.get(worker_id_for(URL))
+    assert worker is not None
+    worker.healthy = True
+    with pool.lease(worker.id):
+        assert await _checks(pool, 3) == [True, True, True]
+        assert [w.id for w in pool.routable()] == [worker.id]
+    assert await _checks(pool, 2) == [False, False]  # its turns are done and it still does not answer
+    assert pool.routable() == []
+    await client.aclose()
+
+
+async def test_a_refused_connection_counts_even_with_turns_in_flight() -> None:
+    pool, client = _pool("refused")
+    worker = pool.get(worker_id_for(URL))
+    assert worker is not None
+    worker.healthy = True
+    with pool.lease(worker.id):
+        assert await _checks(pool, 2) == [False, False]
+    assert pool.routable() == []
+    await client.aclose()
