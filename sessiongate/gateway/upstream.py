@@ -28,6 +28,11 @@ _JSON = {"content-type": "application/json"}
 _JSON_STREAM = {"content-type": "application/json", "accept": "text/event-stream"}
 
 
+def _auth_headers(worker_api_key: str) -> dict[str, str] | None:
+    """The workers' `--api-key` as every client of the gateway sends it (none: no header)."""
+    return {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+
+
 def make_http_client(
     *,
     connect_timeout_s: float,
@@ -49,7 +54,7 @@ def make_http_client(
         from httpx_aiohttp import AiohttpTransport
 
         transport = AiohttpTransport(limits=limits)
-    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+    headers = _auth_headers(worker_api_key)
     return httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport, headers=headers)
 
 
@@ -62,7 +67,7 @@ def make_chat_session(
     connector = aiohttp.TCPConnector(limit=1024, keepalive_timeout=4.0, ttl_dns_cache=300)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
     # No cookie jar (workers set none) and no automatic decompression checks beyond aiohttp's defaults.
-    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+    headers = _auth_headers(worker_api_key)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=timeout,
@@ -74,7 +79,7 @@ def make_chat_session(
 
 def make_chat_pool(*, connect_timeout_s: float, read_timeout_s: float, worker_api_key: str = "") -> Http1Pool:
     """The non-streamed turns' connections (`http1`): the same timeouts, keep-alive and key as the session's."""
-    headers = {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
+    headers = _auth_headers(worker_api_key)
     return Http1Pool(
         connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s, keepalive_s=4.0, headers=headers
     )
@@ -286,32 +291,36 @@ def _answer(status: int, content: bytes, worker_id: str) -> dict[str, Any]:
     return answer
 
 
-async def _pooled_lines(stream: Stream, worker_id: str) -> AsyncIterator[list[bytes]]:
-    """`_direct_lines` over the pool's stream."""
+async def _line_groups(reads: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
+    """The stream's non-empty lines, grouped by the network read that completed them."""
     partial = b""
+    async for data in reads:
+        *complete, partial = (partial + data).split(b"\n")
+        lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
+        if lines:
+            yield lines
+    if partial.strip(b"\r"):
+        yield [partial.rstrip(b"\r")]
+
+
+async def _reads(stream: Stream) -> AsyncIterator[bytes]:
+    while data := await stream.read():
+        yield data
+
+
+async def _pooled_lines(stream: Stream, worker_id: str) -> AsyncIterator[list[bytes]]:
+    """`_line_groups` of the pool's stream; the stream's read timeout bounds the wait for each read."""
     try:
-        while data := await stream.read():
-            *complete, partial = (partial + data).split(b"\n")
-            lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
-            if lines:
-                yield lines
-        if partial.strip(b"\r"):
-            yield [partial.rstrip(b"\r")]
+        async for lines in _line_groups(_reads(stream)):
+            yield lines
     except (TimeoutError, OSError, ProtocolError) as exc:
         raise _transport_error(exc, worker_id, started=True) from exc
 
 
 async def _direct_lines(response: aiohttp.ClientResponse, worker_id: str) -> AsyncIterator[list[bytes]]:
-    """The stream's non-empty lines, grouped by the network read that completed them; the session's read timeout
-    bounds the wait for each read."""
-    partial = b""
+    """`_line_groups` of the aiohttp response; the session's read timeout bounds the wait for each read."""
     try:
-        async for data in response.content.iter_any():
-            *complete, partial = (partial + data).split(b"\n")
-            lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
-            if lines:
-                yield lines
-        if partial.strip(b"\r"):
-            yield [partial.rstrip(b"\r")]
+        async for lines in _line_groups(response.content.iter_any()):
+            yield lines
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _transport_error(exc, worker_id, started=True) from exc
