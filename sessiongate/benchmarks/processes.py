@@ -26,6 +26,7 @@ from sessiongate.sglang_ext.ports import pick_port
 
 __all__ = [
     "FakeWorkerProcess",
+    "FloorProxyProcess",
     "GatewayServer",
     "ManagedProcess",
     "SglangRouterProcess",
@@ -130,6 +131,31 @@ class FakeWorkerProcess(ManagedProcess):
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         self.wait_http(f"{self.url}/health", timeout_s)
+
+
+class FloorProxyProcess(ManagedProcess):
+    """`benchmarks.floor_proxy` in front of `workers`: the least a Python gateway on this stack costs per turn."""
+
+    def __init__(self, log_dir: Path, *, workers: list[str], port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "sessiongate.benchmarks.floor_proxy", "--port", str(self.port)]
+        for worker in workers:
+            command += ["--worker", worker]
+        super().__init__(command, log_path=log_dir / f"floor-proxy-{self.port}.log")
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Up when it answers at all (it has no health route: any path but the chat route is 404)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.log_path.name}: exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                httpx.get(f"{self.url}/", timeout=2)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise TimeoutError(f"{self.url} not ready after {timeout_s} s:\n{self.log_tail()}")
 
 
 class GatewayServer(ManagedProcess):

@@ -3,7 +3,9 @@
 Starts N instant fake workers (`benchmarks.fake_worker`, each its own process), a real `sessiongate serve` process
 (SQLite store: every turn is recorded, sessions persist), SGLang's model gateway (`smg` 1.13, Rust; `manual`
 policy by default, which pins each `x-smg-routing-key` to one worker: its session persistence) and, when its wheel
-is installed, its predecessor `sglang-router` 0.3.2 as a second row, in front of the same workers. One
+is installed, its predecessor `sglang-router` 0.3.2 as a second row, in front of the same workers; and the Python
+floor (`benchmarks.floor_proxy`: a bare proxy on the gateway's own server and HTTP client, recording nothing), which
+shows how much of sessiongate's cost is its work per turn and how much the language and server. One
 bounded-concurrency asyncio client drives the workers directly and through each proxy with the same multi-turn
 conversations (each request resends the growing history and names its session in
 `x-session-id` and `x-smg-routing-key`), streamed and not.
@@ -11,8 +13,8 @@ conversations (each request resends the growing history and names its session in
 The systems take turns in short phases (the order rotating every round), so machine noise lands on all of them.
 For each system and mode: requests/s over its phases, latency p50/p99, the latency it adds (its percentile minus
 the direct requests' percentile, from the same run), and the proxy process's CPU time per request (user + system
-from /proc, all threads, counted over its own phases only). Then the sessiongate / smg ratios (and / sglang-router), as
-Markdown.
+from /proc, all threads, counted over its own phases only). Then the ratios sessiongate / smg (and / sglang-router),
+python-floor / smg and sessiongate / python-floor, as Markdown.
 
     python -m sessiongate.benchmarks.router_overhead  # 2 workers, concurrency 16, 5 rounds x 400 requests
     python -m sessiongate.benchmarks.router_overhead --workers 1 --concurrency 1 --rounds 3 --phase-requests 200
@@ -45,6 +47,7 @@ from sessiongate.sdk._sse import parse_events
 from .gateway_overhead import percentile
 from .processes import (
     FakeWorkerProcess,
+    FloorProxyProcess,
     GatewayServer,
     ManagedProcess,
     SglangRouterProcess,
@@ -57,9 +60,12 @@ from .processes import (
 __all__ = ["BenchConfig", "main", "markdown", "run_benchmark"]
 
 DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER = "direct", "sessiongate", "smg", "sglang-router"
-SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER)
+PYTHON_FLOOR = "python-floor"
+SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER, PYTHON_FLOOR)
 # The Rust gateways sessiongate is compared with, the current one first.
 RUST_GATEWAYS = (SMG, SGLANG_ROUTER)
+# The rows each table of ratios divides (numerator, denominator).
+RATIOS = ((SESSIONGATE, SMG), (SESSIONGATE, SGLANG_ROUTER), (PYTHON_FLOOR, SMG), (SESSIONGATE, PYTHON_FLOOR))
 MODES = ("non-streamed", "streamed")
 MODEL = "fake-model"
 # About 1 KB, like an agent's system prompt, so bodies have a realistic size from the first turn.
@@ -78,6 +84,8 @@ class BenchConfig:
     router_policy: str = "manual"
     # Also run sglang-router 0.3.2 (a second row) when its wheel is installed.
     with_sglang_router: bool = True
+    # Also run the Python floor (`benchmarks.floor_proxy`): a bare proxy on sessiongate's server and HTTP client.
+    with_floor: bool = True
 
 
 @dataclass
@@ -284,6 +292,10 @@ def _started(config: BenchConfig, work_dir: Path) -> Iterator[dict[str, tuple[st
         if router is not None:
             router.wait_ready()
             targets[SGLANG_ROUTER] = (router.url, router)
+        if config.with_floor:
+            floor = start(FloorProxyProcess(work_dir, workers=urls))
+            floor.wait_ready()
+            targets[PYTHON_FLOOR] = (floor.url, floor)
         yield targets
 
 
@@ -339,16 +351,17 @@ def markdown(rows: dict[str, dict[str, Any]]) -> str:
             f"{_cell(row['requests_per_s'], 0)} | {_cell(row['p50_ms'])} | {_cell(row['p99_ms'])} | "
             f"{_cell(row['added_p50_ms'])} | {_cell(row['added_p99_ms'])} | {_cell(row['cpu_us_per_request'], 0)} |"
         )
-    for rust in RUST_GATEWAYS:
-        if not any(row["system"] == rust for row in rows.values()):
+    present = {row["system"] for row in rows.values()}
+    for numerator, denominator in RATIOS:
+        if numerator not in present or denominator not in present:
             continue
         lines += [
             "",
-            f"| sessiongate / {rust} | req/s | added p50 | added p99 | CPU per request |",
+            f"| {numerator} / {denominator} | req/s | added p50 | added p99 | CPU per request |",
             "|---|---|---|---|---|",
         ]
         for mode in MODES:
-            ours, theirs = rows.get(f"{SESSIONGATE}/{mode}"), rows.get(f"{rust}/{mode}")
+            ours, theirs = rows.get(f"{numerator}/{mode}"), rows.get(f"{denominator}/{mode}")
             if ours is None or theirs is None:
                 continue
             cells = [
@@ -378,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-sglang-router", action="store_true", help="leave out sglang-router 0.3.2 even when it is installed"
     )
+    parser.add_argument("--no-floor", action="store_true", help="leave out the Python floor (benchmarks.floor_proxy)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     if not smg_installed():
@@ -393,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         max_tokens=args.max_tokens,
         router_policy=args.router_policy,
         with_sglang_router=not args.no_sglang_router,
+        with_floor=not args.no_floor,
     )
     rows = summary(run_benchmark(config))
     print(

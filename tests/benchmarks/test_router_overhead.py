@@ -1,6 +1,6 @@
 """The gateway-vs-Rust-gateway benchmark at tiny scale (seconds): real processes, every request answered, and a
 well-formed report (the Markdown tables, the JSON figures). The `bench` extra installs both Rust gateways (smg 1.13
-and sglang-router 0.3.2), so the run has a row for each."""
+and sglang-router 0.3.2), so the run has a row for each, and the Python floor (a bare proxy) runs beside them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from sessiongate.benchmarks.processes import sglang_router_installed, smg_instal
 pytestmark = pytest.mark.anyio
 
 ROUNDS, PHASE_REQUESTS = 2, 6
-SYSTEMS = {"direct", "sessiongate", "smg", "sglang-router"}
+SYSTEMS = {"direct", "sessiongate", "smg", "sglang-router", "python-floor"}
 MODES = {"non-streamed", "streamed"}
 
 
@@ -43,13 +43,16 @@ def test_tiny_run_answers_everything_and_reports_every_proxy(tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
 
     tables = [block.splitlines() for block in done.stdout.split("\n\n") if block.startswith("|")]
-    assert len(tables) == 3, done.stdout  # per system, then sessiongate against each Rust gateway
+    # Per system, then sessiongate against each Rust gateway, the floor against smg, sessiongate against the floor.
+    assert len(tables) == 5, done.stdout
     per_system = _table(tables[0])
     assert {(row[0], row[1]) for row in per_system} == {(s, m) for s in SYSTEMS for m in MODES}
     for row in per_system:
         assert (row[2], row[3]) == (str(ROUNDS * PHASE_REQUESTS), "0"), row
     assert tables[1][0].startswith("| sessiongate / smg "), tables[1]
     assert tables[2][0].startswith("| sessiongate / sglang-router "), tables[2]
+    assert tables[3][0].startswith("| python-floor / smg "), tables[3]
+    assert tables[4][0].startswith("| sessiongate / python-floor "), tables[4]
     for table in tables[1:]:
         ratios = _table(table)
         assert {row[0] for row in ratios} == MODES
