@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from sqlalchemy import String, bindparam, func, insert, select, update
 from sqlalchemy.sql.dml import Insert
@@ -25,12 +26,15 @@ __all__ = [
     "ADVISORY_COLUMNS",
     "CLAIM_SEQ",
     "COMPLETE_TURN",
+    "EXTEND_CONTEXT",
     "FAIL_TURN",
+    "FINISH_BEGUN_TURN",
     "INSERTS",
     "INSERT_ADVISORY",
     "INSERT_TURN",
     "MARK_DISPATCHED",
     "PENDING_TOOL_CALLS",
+    "RESTART_CONTEXT",
     "RETURN_TOOL_CALLS",
     "SESSION_BY_ID",
     "SESSION_OWNER",
@@ -100,29 +104,23 @@ MARK_DISPATCHED = (
     .values(worker=bindparam("p_worker"), dispatched_at=bindparam("p_dispatched_at"))
     .returning(Turn.id)
 )
-COMPLETE_TURN = (
-    update(Turn)
-    .where(*_PENDING)
-    .values(
-        {
-            Turn.status: "ok",
-            Turn.output_message: bindparam("p_output_message"),
-            Turn.finish_reason: bindparam("p_finish_reason"),
-            Turn.model: bindparam("p_model"),
-            Turn.first_token_at: bindparam("p_first_token_at"),
-            Turn.ended_at: bindparam("p_ended_at"),
-            Turn.prompt_tokens: bindparam("p_prompt_tokens"),
-            Turn.completion_tokens: bindparam("p_completion_tokens"),
-            Turn.cached_tokens: bindparam("p_cached_tokens"),
-            Turn.cached_tokens_details: bindparam("p_cached_tokens_details"),
-            Turn.cached_device: bindparam("p_cached_device"),
-            Turn.cached_host: bindparam("p_cached_host"),
-            Turn.cached_storage: bindparam("p_cached_storage"),
-            **_KEPT_UNLESS_GIVEN,
-        }
-    )
-    .returning(*_TURN_COLUMNS)
-)
+_COMPLETED: dict[Any, Any] = {
+    Turn.status: "ok",
+    Turn.output_message: bindparam("p_output_message"),
+    Turn.finish_reason: bindparam("p_finish_reason"),
+    Turn.model: bindparam("p_model"),
+    Turn.first_token_at: bindparam("p_first_token_at"),
+    Turn.ended_at: bindparam("p_ended_at"),
+    Turn.prompt_tokens: bindparam("p_prompt_tokens"),
+    Turn.completion_tokens: bindparam("p_completion_tokens"),
+    Turn.cached_tokens: bindparam("p_cached_tokens"),
+    Turn.cached_tokens_details: bindparam("p_cached_tokens_details"),
+    Turn.cached_device: bindparam("p_cached_device"),
+    Turn.cached_host: bindparam("p_cached_host"),
+    Turn.cached_storage: bindparam("p_cached_storage"),
+    **_KEPT_UNLESS_GIVEN,
+}
+COMPLETE_TURN = update(Turn).where(*_PENDING).values(_COMPLETED).returning(*_TURN_COLUMNS)
 FAIL_TURN = (
     update(Turn)
     .where(*_PENDING)
@@ -155,6 +153,34 @@ SET_CONTEXT = (
     )
 )
 
+# The end of a turn that this process began (`turns.BegunTurns`): the turn's row is not read back, and the session's
+# context is moved only if it is still the one the turn extends (or, for a turn that resets it, if no later turn
+# has been folded in); otherwise the turn takes the general path (TOUCH_SESSION, then its fold).
+FINISH_BEGUN_TURN = update(Turn).where(*_PENDING).values(_COMPLETED).returning(Turn.worker, Turn.dispatched_at)
+_NEW_CONTEXT = {
+    Session.context_digest: bindparam("p_digest"),
+    Session.context_length: bindparam("p_length"),
+    Session.context_seq: bindparam("p_seq"),
+    Session.last_active_at: later(Session.last_active_at, _AT),
+}
+EXTEND_CONTEXT = (
+    update(Session)
+    .where(
+        Session.id == bindparam("p_session"),
+        Session.context_seq < bindparam("p_seq"),
+        Session.context_digest == bindparam("p_base_digest"),
+        Session.context_length == bindparam("p_base_length"),
+    )
+    .values(_NEW_CONTEXT)
+    .returning(Session.id)
+)
+RESTART_CONTEXT = (
+    update(Session)
+    .where(Session.id == bindparam("p_session"), Session.context_seq < bindparam("p_seq"))
+    .values(_NEW_CONTEXT)
+    .returning(Session.id)
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Inserts:
@@ -181,7 +207,17 @@ INSERTS: Mapping[str, Inserts] = MappingProxyType(
 
 
 # The per-turn statements also run on the raw sqlite3 path of the group commit (`_raw`).
-for _statement in (CLAIM_SEQ, MARK_DISPATCHED, COMPLETE_TURN, FAIL_TURN, TOUCH_SESSION, SET_CONTEXT):
+for _statement in (
+    CLAIM_SEQ,
+    MARK_DISPATCHED,
+    COMPLETE_TURN,
+    FAIL_TURN,
+    TOUCH_SESSION,
+    SET_CONTEXT,
+    FINISH_BEGUN_TURN,
+    EXTEND_CONTEXT,
+    RESTART_CONTEXT,
+):
     register(_statement)
 register(
     INSERT_TURN,

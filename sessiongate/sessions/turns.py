@@ -14,11 +14,18 @@ length and the highest seq folded into it (`context_seq`). `complete_turn` locks
 and folds the ok turn into the digest when it is newer than every turn already folded in; a turn that completes
 out of seq order (another request of the session overtook it) rebuilds the digest from the turns instead. So the
 digest always describes `history.context_messages` of the session's ok turns, as `session_context` reads them.
+
+A store keeps `BegunTurns`: what it knows of the turns it began and has not ended. Completing one of those reads
+nothing back: its record is built from what began it, and the session's context moves in one conditional UPDATE
+when it is still the context the turn extends (the usual case); when it is not (another request of the session,
+possibly on another replica, ended meanwhile), or when the turn is not known here, the general path runs.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -37,6 +44,7 @@ from .models import Advisory, Session, ToolCall, Turn
 from .records import TurnAdvisory, TurnRecord
 
 __all__ = [
+    "BegunTurns",
     "begin_turn",
     "complete_turn",
     "context_turns",
@@ -80,6 +88,34 @@ def context_turns_statement(session_id: str) -> Select[tuple[int, str, bool, lis
 # the per-request path
 
 
+@dataclass(frozen=True, slots=True)
+class _Begun:
+    values: dict[str, Any]  # the turn's row as inserted (the keys of `_convert.pending_turn_record`)
+    base: tuple[str, int] | None  # the session's context (digest, length) the turn extends; None: it restarts it
+    digest: str  # the context's digest with the turn's input messages
+    length: int
+
+
+class BegunTurns:
+    """The turns this store began and has not ended, newest last (soft state: an evicted turn takes the general
+    path when it ends)."""
+
+    def __init__(self, max_turns: int = 10_000) -> None:
+        self._turns: OrderedDict[str, _Begun] = OrderedDict()
+        self._max_turns = max_turns
+
+    def add(self, turn_id: str, begun: _Begun) -> None:
+        self._turns[turn_id] = begun
+        while len(self._turns) > self._max_turns:
+            self._turns.popitem(last=False)
+
+    def pop(self, turn_id: str) -> _Begun | None:
+        return self._turns.pop(turn_id, None)
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+
 def begin_turn(
     conn: Connection,
     session_id: str,
@@ -92,6 +128,7 @@ def begin_turn(
     clock: Callable[[], datetime],
     gateway_instance: str | None = None,
     gateway_run: str | None = None,
+    begun: BegunTurns | None = None,
 ) -> TurnRecord:
     context = _claim_seq(conn, session_id, tenant_id, received_at)
     if context is None and create_session:
@@ -101,8 +138,9 @@ def begin_turn(
     seq, digest, length, priority = context
 
     delta = history.split_delta_by_digest(digest, length, messages)
+    turn_id = cv.new_id("turn_")
     values = {
-        "id": cv.new_id("turn_"),
+        "id": turn_id,
         "session_id": session_id,
         "seq": seq,
         "status": "pending",
@@ -113,6 +151,11 @@ def begin_turn(
     }
     raw.execute(conn, sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
     _return_tool_calls(conn, session_id, delta.input_messages, received_at)
+    if begun is not None:
+        base = None if delta.context_reset else (digest, length)
+        start, start_length = base or (history.EMPTY_DIGEST, 0)
+        extended = history.extend_digest(start, delta.input_messages)
+        begun.add(turn_id, _Begun(values, base, extended, start_length + len(delta.input_messages)))
     return cv.pending_turn_record(values, session_priority=priority)
 
 
@@ -215,38 +258,97 @@ def complete_turn(
     ended_at: datetime,
     worker: str | None,
     dispatched_at: datetime | None = None,
+    begun: BegunTurns | None = None,
 ) -> TurnRecord:
     usage = usage or {}
     prompt_details = usage.get("prompt_tokens_details")
     cached_tokens = cv.int_or_none(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else None
     details = dict(cached_tokens_details) if cached_tokens_details is not None else None
-    turn = _end_pending(
-        conn,
-        sql.COMPLETE_TURN,
-        {
-            "p_turn": turn_id,
-            "p_output_message": dict(output_message),
-            "p_finish_reason": finish_reason,
-            "p_model": model,
-            "p_first_token_at": first_token_at,
-            "p_ended_at": ended_at,
-            "p_prompt_tokens": cv.int_or_none(usage.get("prompt_tokens")),
-            "p_completion_tokens": cv.int_or_none(usage.get("completion_tokens")),
-            "p_cached_tokens": cached_tokens,
-            "p_cached_tokens_details": details,
-            "p_cached_device": cv.int_or_none((details or {}).get("device")),
-            "p_cached_host": cv.int_or_none((details or {}).get("host")),
-            "p_cached_storage": cv.int_or_none((details or {}).get("storage")),
-            "p_worker": worker,
-            "p_dispatched_at": dispatched_at,
-        },
-    )
+    params = {
+        "p_turn": turn_id,
+        "p_output_message": dict(output_message),
+        "p_finish_reason": finish_reason,
+        "p_model": model,
+        "p_first_token_at": first_token_at,
+        "p_ended_at": ended_at,
+        "p_prompt_tokens": cv.int_or_none(usage.get("prompt_tokens")),
+        "p_completion_tokens": cv.int_or_none(usage.get("completion_tokens")),
+        "p_cached_tokens": cached_tokens,
+        "p_cached_tokens_details": details,
+        "p_cached_device": cv.int_or_none((details or {}).get("device")),
+        "p_cached_host": cv.int_or_none((details or {}).get("host")),
+        "p_cached_storage": cv.int_or_none((details or {}).get("storage")),
+        "p_worker": worker,
+        "p_dispatched_at": dispatched_at,
+    }
+    known = begun.pop(turn_id) if begun is not None else None
+    if known is not None:
+        return _complete_begun(conn, known, params)
+    turn = _end_pending(conn, sql.COMPLETE_TURN, params)
     _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
     calls = _record_requested_calls(conn, turn, ended_at)
     return cv.turn_record(turn, calls)
 
 
-def _fold_into_context(conn: Connection, turn: Row[Any], session: Row[str, int, int]) -> None:
+def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any]) -> TurnRecord:
+    """`complete_turn` for a turn this store began: its row is not read back, its record is what began it plus
+    this end."""
+    recorded = _end_pending(conn, sql.FINISH_BEGUN_TURN, params)
+    values = known.values
+    output = params["p_output_message"]
+    turn = _EndedTurn(
+        values["id"], values["session_id"], values["seq"], values["input_messages"], output, values["context_reset"]
+    )
+    ended_at = params["p_ended_at"]
+    context = {
+        "p_session": turn.session_id,
+        "p_seq": turn.seq,
+        "p_at": ended_at,
+        "p_digest": history.extend_digest(known.digest, [output]),
+        "p_length": known.length + 1,
+    }
+    if known.base is None:
+        moved = raw.execute(conn, sql.RESTART_CONTEXT, context)
+    else:
+        context["p_base_digest"], context["p_base_length"] = known.base
+        moved = raw.execute(conn, sql.EXTEND_CONTEXT, context)
+    if not moved:  # the context is no longer the one this turn extends
+        _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
+    calls = _record_requested_calls(conn, turn, ended_at)
+    return TurnRecord(
+        **{**values, "status": "ok"},
+        output_message=output,
+        finish_reason=params["p_finish_reason"],
+        model=params["p_model"],
+        worker=recorded.worker,
+        error=None,
+        dispatched_at=recorded.dispatched_at,
+        first_token_at=params["p_first_token_at"],
+        ended_at=ended_at,
+        prompt_tokens=params["p_prompt_tokens"],
+        completion_tokens=params["p_completion_tokens"],
+        cached_tokens=params["p_cached_tokens"],
+        cached_tokens_details=params["p_cached_tokens_details"],
+        cached_device=params["p_cached_device"],
+        cached_host=params["p_cached_host"],
+        cached_storage=params["p_cached_storage"],
+        tool_calls=tuple(cv.tool_call_record(call) for call in calls),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _EndedTurn:
+    """What `_fold_into_context` and `_record_requested_calls` read of a turn's row."""
+
+    id: str
+    session_id: str
+    seq: int
+    input_messages: list[dict[str, Any]]
+    output_message: dict[str, Any] | None
+    context_reset: bool
+
+
+def _fold_into_context(conn: Connection, turn: Row[Any] | _EndedTurn, session: Row[str, int, int]) -> None:
     """Add an ok turn to the context digest of its session, whose row (`session`) this transaction has locked."""
     if turn.seq > session.context_seq:
         # The newest ok turn: it extends the context, or on a reset starts it again, by its messages.
@@ -263,7 +365,7 @@ def _fold_into_context(conn: Connection, turn: Row[Any], session: Row[str, int, 
     raw.execute(conn, sql.SET_CONTEXT, params)
 
 
-def _record_requested_calls(conn: Connection, turn: Row[Any], ended_at: datetime) -> list[Row[Any]]:
+def _record_requested_calls(conn: Connection, turn: Row[Any] | _EndedTurn, ended_at: datetime) -> list[Row[Any]]:
     """Insert the tool calls the answer requests; a call id the session already has keeps its first row."""
     requested: dict[str, history.RequestedToolCall] = {}
     for call in history.requested_tool_calls(turn.output_message):
@@ -298,8 +400,11 @@ def fail_turn(
     first_token_at: datetime | None,
     worker: str | None = None,
     dispatched_at: datetime | None = None,
+    begun: BegunTurns | None = None,
 ) -> TurnRecord:
     """End a pending turn without an answer (`status` is "failed" or "cancelled"); the context stays as it is."""
+    if begun is not None:
+        begun.pop(turn_id)
     turn = _end_pending(
         conn,
         sql.FAIL_TURN,

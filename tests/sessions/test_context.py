@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import URL
 
-from sessiongate.sessions import InvalidTransition, SessionExists, SessionNotFound, SqlSessionStore, TurnRecord
+from sessiongate.sessions import (
+    InvalidTransition,
+    SessionExists,
+    SessionNotFound,
+    SqlSessionStore,
+    TurnRecord,
+    create_engine,
+)
 from sessiongate.sessions.history import split_delta
 
 pytestmark = pytest.mark.anyio
@@ -285,3 +293,51 @@ async def test_concurrent_first_turns_create_one_session(store: SqlSessionStore)
     assert sorted(t.seq for t in turns) == list(range(1, 9))
     assert [s.id for s in (await store.list_sessions(tenant_id="t")).items] == ["racy"]
     assert (await store.get_session("racy", tenant_id="t")).turn_count == 8
+
+
+# completing a turn this store began (turns.BegunTurns) or one it did not
+
+
+async def test_a_turn_completed_by_the_store_that_began_it_is_recorded_as_read_back(store: SqlSessionStore) -> None:
+    session = await store.create_session()
+    first = await begin(store, session.id, [user("q1")], 0)
+    await store.mark_dispatched(first.id, worker="w-marked", dispatched_at=at(0.5))
+    reply = answer("a1", "call-1")
+    done = await store.complete_turn(
+        first.id,
+        output_message=reply,
+        finish_reason="tool_calls",
+        model="m",
+        usage={"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 4}},
+        cached_tokens_details={"device": 4, "host": 0, "storage": 0},
+        first_token_at=at(0.7),
+        ended_at=at(1),
+    )
+    (read_back,) = await store.list_turns(session.id, tenant_id="default")
+    assert done == read_back
+    assert (done.worker, done.dispatched_at) == ("w-marked", at(0.5))  # kept from mark_dispatched
+    assert [call.call_id for call in done.tool_calls] == ["call-1"]
+    turn = await begin(store, session.id, [user("q1"), reply, tool("call-1", "found")], 2)
+    assert (turn.input_messages, turn.context_reset) == ([tool("call-1", "found")], False)
+
+
+async def test_a_turn_begun_by_another_store_completes_on_the_general_path(
+    store: SqlSessionStore, database_url: URL
+) -> None:
+    other = SqlSessionStore(create_engine(database_url))
+    try:
+        session = await store.create_session()
+        await chat(store, session.id, [user("q1")], answer("a1"), 0)
+        base = [user("q1"), answer("a1")]
+        turn = await begin(store, session.id, [*base, user("q2")], 2)
+        done = await complete(other, turn, answer("a2"), 3)  # `other` never saw it begin
+        (_, read_back) = await store.list_turns(session.id, tenant_id="default")
+        assert done == read_back
+        context = await store.session_context(session.id, tenant_id="default")
+        assert context == [*base, user("q2"), answer("a2")]
+        with pytest.raises(InvalidTransition):  # the store that began it still knows it, and learns it ended
+            await complete(store, turn, answer("again"), 4)
+        nxt = await begin(store, session.id, [*context, user("q3")], 5)
+        assert (nxt.input_messages, nxt.context_reset) == ([user("q3")], False)
+    finally:
+        await other.close()
