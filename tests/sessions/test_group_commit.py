@@ -82,6 +82,36 @@ async def test_a_failing_job_rolls_back_only_its_own_writes(engine: Engine) -> N
     assert _keys(engine) == {"before", "after"}  # "bad" was written, then rolled back to its savepoint
 
 
+async def test_jobs_run_once_unless_one_of_their_batch_fails_then_again_each_alone(engine: Engine) -> None:
+    committer = _committer(engine)
+    runs: list[str] = []
+
+    def counted(key: str, fail: bool = False) -> Callable[[Connection], str]:
+        insert = _insert(key, fail)
+
+        def work(conn: Connection) -> str:
+            runs.append(key)
+            return insert(conn)
+
+        return work
+
+    await committer.run(counted("first"))  # alone; the next three queue behind it and share a batch
+    await asyncio.gather(*(committer.run(counted(key)) for key in ("a", "b", "c")))
+    assert sorted(runs) == ["a", "b", "c", "first"]
+
+    runs.clear()
+    outcomes = await asyncio.gather(
+        committer.run(counted("d")),
+        committer.run(counted("bad", fail=True)),
+        committer.run(counted("e")),
+        return_exceptions=True,
+    )
+    assert (outcomes[0], outcomes[2]) == ("d", "e")
+    assert isinstance(outcomes[1], ValueError)
+    assert runs == ["d", "bad", "d", "bad", "e"]  # "e" never ran in the first pass: it stopped at "bad"
+    assert _keys(engine) == {"first", "a", "b", "c", "d", "e"}
+
+
 async def test_a_job_that_breaks_a_constraint_fails_alone(engine: Engine) -> None:
     committer = _committer(engine)
     await committer.run(_insert("taken"))
