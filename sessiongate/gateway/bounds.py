@@ -7,16 +7,16 @@ each refusal is a 400 in the OpenAI error format naming the field, raised before
 from __future__ import annotations
 
 from .errors import InvalidRequest
-from .schemas import ChatCompletionBody
+from .schemas import ChatRequest
 from .settings import GatewaySettings
 
 __all__ = ["check_chat_bounds"]
 
 
-def check_chat_bounds(chat: ChatCompletionBody, settings: GatewaySettings) -> None:
-    if len(chat.messages) > settings.max_messages:
+def check_chat_bounds(chat: ChatRequest, settings: GatewaySettings) -> None:
+    if chat.message_count > settings.max_messages:
         raise InvalidRequest(
-            f"Too many messages: {len(chat.messages)} (the limit is {settings.max_messages}).",
+            f"Too many messages: {chat.message_count} (the limit is {settings.max_messages}).",
             param="messages",
             code="too_many_messages",
         )

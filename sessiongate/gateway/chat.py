@@ -28,7 +28,7 @@ from .idempotency import Claim, claim_idempotency
 from .limits import Admission
 from .relay import StreamRelay
 from .responses import JSONBytesResponse
-from .schemas import ChatCompletionBody, new_session_id, parse_json, validate, validate_session_id
+from .schemas import ChatRequest, new_session_id, parse_json, validate_chat, validate_session_id
 from .state import GatewayState, gateway_state
 from .turn import TurnContext, fail_turn, finish_turn, now, record_failure
 
@@ -81,7 +81,7 @@ def _refuse_gateway_params(body: dict[str, Any]) -> None:
             raise InvalidRequest(f"'{name}' is set by the gateway and may not be sent.{hint}", param=name)
 
 
-def _upstream_body(body: dict[str, Any], chat: ChatCompletionBody, cache_salt: str, priority: int) -> dict[str, Any]:
+def _upstream_body(body: dict[str, Any], chat: ChatRequest, cache_salt: str, priority: int) -> dict[str, Any]:
     upstream = {k: v for k, v in body.items() if k != "session_id"}
     upstream["cache_salt"] = cache_salt  # the tenant's, always: a client cannot choose another tenant's cache
     upstream["priority"] = priority  # the session's (see _GATEWAY_PARAMS)
@@ -128,7 +128,7 @@ async def _chat_turn(
     started: float,
 ) -> Response:
     body = parse_json(await request.body())
-    chat = validate(ChatCompletionBody, body)
+    chat = validate_chat(body)
     check_chat_bounds(chat, state.settings)
     _refuse_gateway_params(body)
     session_id = _session_id(request, body)

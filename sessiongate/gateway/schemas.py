@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,10 +18,12 @@ from .errors import InvalidRequest
 
 __all__ = [
     "ChatCompletionBody",
+    "ChatRequest",
     "CreateSessionBody",
     "new_session_id",
     "parse_json",
     "validate",
+    "validate_chat",
     "validate_session_id",
 ]
 
@@ -82,6 +85,85 @@ class UpdateSessionBody(BaseModel):
 
     priority: int | None = Field(default=None, ge=-1000, le=1000)
     metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """What the gateway reads of a valid chat request (the body itself goes to the worker as it came)."""
+
+    message_count: int
+    stream: bool
+    stream_options: dict[str, Any] | None
+    max_tokens: int | None
+    max_completion_tokens: int | None
+
+
+_ROLES = frozenset(get_args(ChatMessage.model_fields["role"].annotation))
+_OPTIONAL_STRINGS = ("model", "session_id")
+
+
+def validate_chat(body: Any) -> ChatRequest:
+    """`body` checked as `ChatCompletionBody` checks it.
+
+    A body whose every checked field already has its JSON type (what clients send) is accepted by hand: the model
+    builds a `ChatMessage` per message, the whole history on every turn, for a result the gateway never reads.
+    Anything else goes through the model, which coerces what it may and names the first problem, so both ways
+    accept the same bodies (tests/gateway/test_schemas.py compares them)."""
+    if isinstance(body, dict) and _plainly_valid(body):
+        return ChatRequest(
+            len(body["messages"]),
+            body.get("stream", False),
+            body.get("stream_options"),
+            body.get("max_tokens"),
+            body.get("max_completion_tokens"),
+        )
+    chat = validate(ChatCompletionBody, body)
+    return ChatRequest(
+        len(chat.messages), chat.stream, chat.stream_options, chat.max_tokens, chat.max_completion_tokens
+    )
+
+
+def _plainly_valid(body: dict[str, Any]) -> bool:
+    messages = body.get("messages")
+    if type(messages) is not list or not messages:
+        return False
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        role = message.get("role")
+        if type(role) is not str or role not in _ROLES:
+            return False
+        content = message.get("content")
+        if content is not None and type(content) is not str and not _list_of_objects(content):
+            return False
+        for name in ("name", "tool_call_id"):
+            value = message.get(name)
+            if value is not None and type(value) is not str:
+                return False
+        calls = message.get("tool_calls")
+        if calls is not None and not _list_of_objects(calls):
+            return False
+    for name in _OPTIONAL_STRINGS:
+        value = body.get(name)
+        if value is not None and type(value) is not str:
+            return False
+    if type(body.get("stream", False)) is not bool:
+        return False
+    options, tools = body.get("stream_options"), body.get("tools")
+    if (options is not None and type(options) is not dict) or (tools is not None and not _list_of_objects(tools)):
+        return False
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and not (type(value) is int and value >= 1):
+            return False
+    n, temperature = body.get("n", 1), body.get("temperature")
+    if type(n) is not int or n != 1:
+        return False
+    return temperature is None or (type(temperature) in (int, float) and 0 <= temperature <= 2)
+
+
+def _list_of_objects(value: Any) -> bool:
+    return type(value) is list and all(type(item) is dict for item in value)
 
 
 def parse_json(raw: bytes) -> Any:
