@@ -125,9 +125,8 @@ class GroupCommitter:
         busy event loop, and the thread hop and the handovers cost more CPU than the batch itself."""
         conn = self._inline_connection()
         try:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            _begin(conn)
         except OperationalError as exc:
-            conn.rollback()
             if isinstance(exc.orig, sqlite3.Error) and exc.orig.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 return False
             raise
@@ -154,9 +153,7 @@ class GroupCommitter:
     def _run_batch(self, batch: list[_Job[Any]]) -> None:
         """On the worker thread: every job in its savepoint, then one commit (which raises for the whole batch)."""
         with self._engine.connect() as conn:
-            # The engine leaves transactions to us (sessions.database.sqlite_file_engine): a writer takes the
-            # write lock at BEGIN, so it never fails half-way to upgrade its lock.
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            _begin(conn)
             self._run_begun(conn, batch)
 
     def _run_begun(self, conn: Connection, batch: list[_Job[Any]]) -> None:
@@ -172,9 +169,9 @@ class GroupCommitter:
             elif not self._run_together(conn, batch):
                 for job in batch:
                     self._run_in_savepoint(conn, job)
-            conn.commit()
+            _commit(conn)
         except BaseException:
-            conn.rollback()
+            _rollback(conn)
             raise
 
     @staticmethod
@@ -182,9 +179,9 @@ class GroupCommitter:
         try:
             job.outcome = (True, job.work(conn))
         except Exception as exc:
-            conn.rollback()
+            _rollback(conn)
             job.outcome = (False, exc)
-            conn.exec_driver_sql("BEGIN IMMEDIATE")  # an empty transaction for the commit that follows
+            _begin(conn)  # an empty transaction for the commit that follows
 
     @staticmethod
     def _run_together(conn: Connection, batch: list[_Job[Any]]) -> bool:
@@ -220,6 +217,38 @@ class GroupCommitter:
         else:
             driver.execute("RELEASE SAVEPOINT job")
             job.outcome = (True, value)
+
+
+# A batch's transaction, on the driver's connection. The engine leaves transactions to us
+# (sessions.database.sqlite_file_engine): a writer takes the write lock at BEGIN, so it never fails half-way to upgrade
+# its lock. Straight on the driver: through SQLAlchemy (`exec_driver_sql`, `Connection.commit`) each cost more than
+# the statement. A job's statement that goes through SQLAlchemy's execution begins SQLAlchemy's own bookkeeping of the
+# transaction (no SQL on this engine): ending that too keeps the connection's state true.
+
+
+def _driver(conn: Connection) -> sqlite3.Connection:
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    return driver
+
+
+def _begin(conn: Connection) -> None:
+    try:
+        _driver(conn).execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:  # busy or locked: raised as SQLAlchemy would, which the store translates
+        raise OperationalError("BEGIN IMMEDIATE", None, exc) from exc
+
+
+def _commit(conn: Connection) -> None:
+    _driver(conn).commit()
+    if conn.in_transaction():
+        conn.commit()  # the driver's transaction is over: this only ends SQLAlchemy's bookkeeping
+
+
+def _rollback(conn: Connection) -> None:
+    _driver(conn).rollback()
+    if conn.in_transaction():
+        conn.rollback()
 
 
 async def _uncancellable(future: asyncio.Future[T]) -> T:
