@@ -238,11 +238,13 @@ class Advisor:
             self.book.withdraw(session_id)
             self._withdrawn(live, "cancelled")
             live = None
+        # A tool result of a tenant whose next turns follow their results too closely for a prefetch to land (the
+        # SDK's flow: post the result, send the turn) starts no prefetch: it would only compete with that turn.
+        lands = kind != "tool_result" or self._early_fire_lands(session_id, tenant_id)
         if live is not None and not live.fired:
             # A scheduled advisory (a long tool's prefetch) meets a new signal: a tool result before the predicted
-            # return fires it now, at the worker the router picks now. Unless this tenant's next turns follow
-            # their results too closely for a prefetch to land: then it would only compete with the turn.
-            if kind == "tool_result" and now + fire_in_s < live.fire_at and not self._early_fire_lands(live):
+            # return fires it now, at the worker the router picks now (unless it cannot land).
+            if not lands and now + fire_in_s < live.fire_at:
                 return await self._skip_early(live, now)
             self.book.refresh(session_id, now, fire_in_s=fire_in_s)
             if live.fire_at > now:
@@ -258,7 +260,7 @@ class Advisor:
             # that honours reservations keeps it while it is still a good choice (no thrashing between equals).
             keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
             worker = self.router.choose(session_id, tenant_id, reservation=keep)
-            if worker is None or worker.id == live.worker_id:
+            if worker is None or worker.id == live.worker_id or not lands:
                 self.book.refresh(session_id, now, fire_in_s=fire_in_s)
                 await self._share_update(live, expires_at=self._to_unix(live.expires_at), stopped=False)
                 return self._answer(live, "refreshed", now)
@@ -271,6 +273,11 @@ class Advisor:
             refreshed = await self._refresh_elsewhere(session_id, fire_in_s)
             if refreshed is not None:
                 return refreshed
+        if not lands:
+            self.stats.tool_kv_event("early_skipped")
+            self._remember(self._early_skipped, session_id, True)
+            log.info("advisory_skipped", reason="cannot_land", kind=kind)
+            return {"object": "advisory", "state": "skipped", "reason": "cannot_land"}
         tier = await self._tier(session_id, tenant_id, kind, now)
         if tier == "none":
             self.stats.skipped(kind)
@@ -324,9 +331,9 @@ class Advisor:
         log.info("advisory_created", advisory_id=record.id, kind=kind, worker=worker.id, target=tier)
         return self._answer(advisory, "fired" if advisory.fired else "scheduled", now)
 
-    def _early_fire_lands(self, advisory: LiveAdvisory) -> bool:
-        gap_s = self.result_gaps.median(advisory.tenant_id)
-        return self.tool_kv.early_fire_lands(gap_s, self.router.belief.context_tokens(advisory.session_id))
+    def _early_fire_lands(self, session_id: str, tenant_id: str) -> bool:
+        gap_s = self.result_gaps.median(tenant_id)
+        return self.tool_kv.early_fire_lands(gap_s, self.router.belief.context_tokens(session_id))
 
     async def _skip_early(self, advisory: LiveAdvisory, now: float) -> dict[str, Any]:
         """Drop a scheduled prefetch that a tool result would fire too late to land, as a fire replaces it: the

@@ -23,10 +23,12 @@ tenant; else `default_tool_s`; the slowest of the turn's tools, since one turn's
   threshold. That quantile is low (p25) on purpose: a prefetch landed early holds device pages, unpinned, until
   the return; one landed late costs the turn the whole load.
 
+`keep_share` is low (0.3) because the retain costs little: a raised priority, decaying after the short kind's time.
+
 A tool result that arrives before a scheduled prefetch fires it at once (`Advisor.signal`), unless the tenant's
 results come too close before their next turn for a prefetch to land (`ResultGaps`: the median of the recent gaps
 between a tool result and the session's next turn, against the load time plus `early_margin_s`): then the
-prefetch is dropped and the turn loads its own context.
+scheduled prefetch is dropped, no other is started for that result, and the turn loads its own context.
 
 `ToolKVDecision.detail()` is what the advisory's `detail` records; its outcome is settled like any advisory's.
 Times are seconds on the caller's clock.
@@ -168,7 +170,7 @@ class ToolKVPolicy:
     # Two kinds of call (keep_then_offload): at least this share of the samples under the keep threshold, and at
     # least `min_mode_share` above it; the short kind's retain from its `short_quantile`, the long kind's
     # prefetch from its `long_quantile`.
-    keep_share: float = 0.5
+    keep_share: float = 0.3
     min_mode_share: float = 0.1
     short_quantile: float = 0.9
     long_quantile: float = 0.25
