@@ -426,3 +426,34 @@ async def test_a_tool_result_too_close_to_its_turn_does_not_fire_the_prefetch(ma
         await asyncio.sleep(0.2)
         assert _prefetches(gw)["worker-a"] + _prefetches(gw)["worker-b"] == 1
         assert advisor.stats.report()["tool_kv"] == {"offload": 2, "early": 1, "early_skipped": 1}
+
+
+@pytest.mark.anyio
+async def test_a_tool_result_that_cannot_land_starts_no_prefetch_of_its_own(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        clock = _fake_clock(gw)
+        advisor = gw.state.advisor
+        advisor.result_gaps = ResultGaps(min_samples=1)
+        advisor.result_gaps.record("default", 0.0)  # this tenant sends each turn as soon as it posted the result
+        for _ in range(3):
+            advisor.tool_durations.record("default", "run_tests", 60.0)
+        first, _ = await _tool_turn(gw, "none-1")
+        advisory = await _tool_call_advisory(gw, "none-1")
+        clock.now += 60.0 + 5.0 + 1.0  # the tool outlived the advisory's expiry: settled wasted, none live
+        (expired,) = await _settled(gw, "none-1")
+        assert (expired.id, expired.outcome) == (advisory.id, "wasted")
+
+        async def fired_before_expiry() -> bool:  # the same tick fired its prefetch, then expired it
+            return sum(_prefetches(gw).values()) == 1
+
+        await eventually(fired_before_expiry)
+        prefetched = _prefetches(gw)
+        call = first["choices"][0]["message"]["tool_calls"][0]
+        posted = await gw.client.post(
+            "/v1/sessions/none-1/tool_results", json={"tool_call_id": call["id"], "content": "3 passed"}
+        )
+        assert posted.json()["advisory"] == {"object": "advisory", "state": "skipped", "reason": "cannot_land"}
+        await _next_turn(gw, "none-1", first)
+        assert _prefetches(gw) == prefetched  # the expired one's only
+        assert [a.id for a in await _advisories(gw, "none-1") if a.kind == "tool_result"] == []
+        assert advisor.stats.report()["tool_kv"]["early_skipped"] == 1
