@@ -126,6 +126,45 @@ def test_mostly_wasted_hints_get_host_tier_then_none_then_recover() -> None:
     assert quality.tier("s", "t", "typing", 200.0) == "device"
 
 
+def test_late_is_wasted_for_the_tool_lifecycles_hints_and_good_for_typing() -> None:
+    quality = HintQuality(window_s=100.0, min_samples=4)
+    for _ in range(4):
+        quality.record("s", "t", "typing", "late", 1.0)
+        quality.record("s2", "t2", "tool_call", "late", 1.0)
+        quality.record("s3", "t3", "tool_result", "late", 1.0)
+    assert quality.waste_ratio(("kind", "typing"), 2.0) == 0.0
+    assert quality.tier("s", "t", "typing", 2.0) == "device"
+    assert quality.waste_ratio(("kind", "tool_call"), 2.0) == 1.0
+    assert quality.tier("s2", "t2", "tool_call", 2.0) == "none"
+    assert quality.waste_ratio(("kind", "tool_result"), 2.0) == 1.0
+    for _ in range(4):
+        quality.record("s4", "t4", "tool_call", "used", 3.0)
+    assert quality.waste_ratio(("session", "s4"), 3.0) == 0.0
+    assert HintQuality.is_wasted("tool_call", "wasted")
+    assert not HintQuality.is_wasted("tool_call", "cancelled")
+
+
+def test_a_keep_then_offload_retain_lapses_into_a_scheduled_prefetch() -> None:
+    book = AdvisorBook()
+    advisory = _advisory(ttl=30.0)
+    advisory.action, advisory.retain_s, advisory.then_fire_at = "retain", 2.0, 9.0
+    book.add(advisory)
+    assert book.due(0.0) == [advisory]  # the retain, at once
+    assert book.lapse(1.0) == []  # its answer has not come
+    advisory.ready_at = 0.1
+    assert book.lapse(1.9) == []  # still held
+    assert book.reservation("s", 1.9) is not None
+    assert book.lapse(2.0) == [advisory]
+    assert (advisory.action, advisory.fired, advisory.ready_at, advisory.fire_at) == ("prefetch", False, None, 9.0)
+    assert book.reservation("s", 2.0) is None  # unprotected: the router is free until the prefetch fires
+    assert book.lapse(3.0) == []  # once
+    late = book.claim("s", "a", 5.0)  # back between the retain and the prefetch: nothing was done for it
+    assert late is not None
+    assert late.provisional == "late"
+    book.add(advisory)
+    assert book.due(9.0) == [advisory]
+
+
 def test_stats_precision_recall_lead_time() -> None:
     stats = AdvisoryStats()
     stats.claimed, stats.missed = 3, 1

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sessiongate.gateway.advisor.toolkv import ToolDurations, ToolKVPolicy, quantile
+from sessiongate.gateway.advisor.toolkv import ResultGaps, ToolDurations, ToolKVPolicy, quantile
 
 from .conftest import Gateway
 from .test_signals import FAST, USER, _advisories, _settled, eventually
@@ -57,6 +57,85 @@ def test_short_tools_keep_the_kv_long_ones_offload_and_prefetch_before_the_retur
     slow_link = ToolKVPolicy(kv_bytes_per_token=131_072, load_bytes_per_s=2e9)  # 6.6 s to load 100k tokens
     assert slow_link.decide(10.0, 100_000).action == "keep"
     assert slow_link.decide(20.0, 100_000).action == "offload"
+
+
+# Two kinds of call, as in the replay's agent-long workload: 55% return at once, 45% after 9-12 s.
+BIMODAL = [0.01, 0.012, 0.008, 0.01, 0.015, 0.011, 9.0, 10.0, 11.0, 12.0, 0.009]
+
+
+def test_a_bimodal_tool_is_kept_for_its_short_kind_then_prefetched_for_its_long_kind() -> None:
+    policy = ToolKVPolicy(kv_bytes_per_token=131_072, load_bytes_per_s=20e9)
+    load_s = policy.load_s(10_000)
+    # One p75 of the whole (about 10 s) would offload every call, the 0.01 s ones too.
+    assert policy.decide(quantile(BIMODAL, 0.75), 10_000).action == "offload"
+    plan = policy.decide_samples(BIMODAL, 10_000, source="tenant", tools=["bash"])
+    assert plan.action == "keep_then_offload"
+    short = sorted(BIMODAL)[:7]
+    assert plan.short_share == pytest.approx(7 / 11)
+    assert plan.short_s == pytest.approx(quantile(short, 0.9))
+    assert plan.retain_s == pytest.approx(quantile(short, 0.9) * 1.5 + 1.0)  # the short kind's retain, decaying
+    assert plan.predicted_s == pytest.approx(quantile([9.0, 10.0, 11.0, 12.0], 0.25))  # 9.75: the long kind
+    assert plan.fire_in_s == pytest.approx(9.75 - load_s - 0.5)
+    detail = plan.detail()
+    assert detail["action"] == "keep_then_offload"
+    assert detail["plan"] == {
+        "short_s": round(plan.short_s, 3),
+        "short_share": 0.636,
+        "long_s": 9.75,
+        "retain_s": round(plan.retain_s, 3),
+        "prefetch_in_s": round(9.75 - load_s - 0.5, 3),
+    }
+    # The prefetch never fires before the retain lapses (a long kind barely above the threshold).
+    near = policy.decide_samples([1.0, 1.0, 1.0, 2.1], 10_000)
+    assert near.action == "keep_then_offload"
+    assert near.fire_in_s == pytest.approx(near.retain_s)
+
+
+def test_one_kind_of_call_keeps_the_plain_keep_and_offload() -> None:
+    policy = ToolKVPolicy(kv_bytes_per_token=131_072, load_bytes_per_s=20e9)
+    short = policy.decide_samples([0.01, 0.02, 0.5, 1.0], 10_000)
+    assert (short.action, short.predicted_s, short.short_share) == ("keep", pytest.approx(0.625), None)
+    assert "plan" not in short.detail()
+    long = policy.decide_samples([9.0, 10.0, 11.0, 12.0], 10_000)
+    assert (long.action, long.predicted_s) == ("offload", pytest.approx(11.25))
+    # A few short calls among long ones (under `keep_share`): the long kind decides.
+    mostly_long = policy.decide_samples([0.01, 9.0, 10.0, 11.0, 12.0], 10_000)
+    assert mostly_long.action == "offload"
+    # A rare long call (under `min_mode_share`): the short kind decides.
+    rare_long = policy.decide_samples([0.01] * 19 + [30.0], 10_000)
+    assert rare_long.action == "keep"
+
+
+def test_too_few_samples_plan_on_the_default() -> None:
+    policy = ToolKVPolicy(default_tool_s=2.0)
+    durations = ToolDurations(min_samples=3)
+    for seconds in (0.01, 10.0):  # two samples of a bimodal tool: too few to read two kinds from
+        durations.record("acme", "bash", seconds)
+    plan = policy.plan(durations, "acme", ["bash"], 1_000)
+    assert (plan.action, plan.source, plan.predicted_s) == ("keep", "default", 2.0)
+    durations.record("acme", "bash", 0.01)
+    plan = policy.plan(durations, "acme", ["bash"], 1_000)
+    assert (plan.action, plan.source) == ("keep_then_offload", "tenant")
+    assert plan.predicted_s == 10.0
+
+
+def test_result_gaps_are_a_bounded_median_per_tenant() -> None:
+    gaps = ResultGaps(max_samples=3, min_samples=2, max_keys=2)
+    gaps.record("acme", 0.004)
+    assert gaps.median("acme") is None  # too few
+    gaps.record("acme", 0.006)
+    assert gaps.median("acme") == pytest.approx(0.005)
+    for seconds in (5.0, 5.0, 5.0):  # only the newest three count
+        gaps.record("acme", seconds)
+    assert gaps.median("acme") == 5.0
+    gaps.record("b", 1.0)
+    gaps.record("c", 1.0)  # a third tenant: the least recently recorded one goes
+    assert gaps.median("acme") is None
+    policy = ToolKVPolicy(kv_bytes_per_token=131_072, load_bytes_per_s=20e9, early_margin_s=0.05)
+    load_s = policy.load_s(10_000)  # 0.066 s
+    assert policy.early_fire_lands(None, 10_000)  # unknown: fire as before
+    assert not policy.early_fire_lands(0.005, 10_000)  # results posted right before the turn
+    assert policy.early_fire_lands(load_s + 0.06, 10_000)
 
 
 # --- through the app -------------------------------------------------------------------------------------------
@@ -264,3 +343,117 @@ async def test_with_the_lifecycle_off_a_tool_call_leaves_the_kv_to_the_workers(m
         await _next_turn(gw, "off-1", first)
         assert await gw.state.store.pending_tool_calls("off-1", tenant_id="default") == []
         assert await _advisories(gw, "off-1") == []
+
+
+@pytest.mark.anyio
+async def test_a_bimodal_tool_retains_then_lets_go_and_prefetches_for_the_long_return(make_gateway: Any) -> None:
+    async with make_gateway(**{**FAST, "advisory_ttl_s": 5.0}) as gw:
+        clock = _fake_clock(gw)
+        for seconds in BIMODAL:
+            gw.state.advisor.tool_durations.record("default", "run_tests", seconds)
+        first, home = await _tool_turn(gw, "both-1")
+        other = "worker-b" if home == "worker-a" else "worker-a"
+        advisory = await _tool_call_advisory(gw, "both-1")
+        decision = advisory.detail["tool_kv"]
+        assert (decision["action"], decision["predicted_s"]) == ("keep_then_offload", 9.75)
+        assert decision["plan"]["prefetch_in_s"] == decision["fire_in_s"]
+
+        async def retained() -> bool:
+            return bool(gw.workers[home].kv_ops)
+
+        await eventually(retained)  # the short kind: retained where it is, at once
+        assert gw.workers[home].kv_ops == [("retain", "both-1")]
+        assert gw.state.advisor.reservation("both-1") is not None
+
+        clock.now += decision["retain_s"] + 0.01  # the session did not come back within the short kind
+
+        async def lapsed() -> bool:
+            return gw.state.advisor.stats.report()["tool_kv"].get("retain_lapsed") == 1
+
+        await eventually(lapsed)
+        assert gw.state.advisor.reservation("both-1") is None  # unprotected, the router free
+        assert _prefetches(gw) == {"worker-a": 0, "worker-b": 0}
+
+        gw.workers[home].queued = 40  # the session's worker gets busy meanwhile
+        await eventually(lambda: _reports_seen(gw, home))
+        clock.now += decision["fire_in_s"] - decision["retain_s"]
+        await eventually(lambda: _prefetched_on(gw, other))  # the long kind's prefetch, at the router's pick then
+        await eventually(lambda: _any_done(gw))
+        second = await _next_turn(gw, "both-1", first)
+        assert second["worker"] == other
+        (settled,) = await _settled(gw, "both-1")
+        assert (settled.kind, settled.outcome) == ("tool_call", "used")
+        report = gw.state.advisor.stats.report()
+        assert report["tool_kv"] == {"keep_then_offload": 1, "retain_lapsed": 1}
+
+
+@pytest.mark.anyio
+async def test_a_tool_result_too_close_to_its_turn_does_not_fire_the_prefetch(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        clock = _fake_clock(gw)
+        advisor = gw.state.advisor
+        advisor.result_gaps = ResultGaps(min_samples=1)
+        for _ in range(3):
+            advisor.tool_durations.record("default", "run_tests", 60.0)
+
+        async def result_then_turn(session: str) -> tuple[dict[str, Any], Any]:
+            first, _ = await _tool_turn(gw, session)
+            advisory = await _tool_call_advisory(gw, session)
+            assert advisory.detail["tool_kv"]["action"] == "offload"
+            clock.now += 2.0
+            call = first["choices"][0]["message"]["tool_calls"][0]
+            posted = await gw.client.post(
+                f"/v1/sessions/{session}/tool_results", json={"tool_call_id": call["id"], "content": "3 passed"}
+            )
+            assert posted.status_code == 202, posted.text
+            answer = posted.json()["advisory"]
+            await _next_turn(gw, session, first)  # the SDK's flow: the result, then at once the next turn
+            return answer, advisory
+
+        # Nothing known of this tenant's gaps yet: the result fires the prefetch, and the turn teaches the gap (0 s).
+        answer, _ = await result_then_turn("close-1")
+        assert answer["state"] == "fired"
+        assert advisor.result_gaps.median("default") == 0.0
+        missed = advisor.stats.missed
+
+        answer, advisory = await result_then_turn("close-2")
+        assert (answer["state"], answer["reason"], answer["id"]) == ("skipped", "cannot_land", advisory.id)
+        (settled,) = await _settled(gw, "close-2")
+        assert settled.outcome == "cancelled"  # withdrawn unfired: no outcome the adaptive rule judges
+        assert advisor.stats.missed == missed  # the turn was foreseen, not missed
+        assert _prefetches(gw)["worker-a"] + _prefetches(gw)["worker-b"] == 1  # close-1's only
+        clock.now += 120.0  # the planned fire time passes: nothing is left to fire
+        await asyncio.sleep(0.2)
+        assert _prefetches(gw)["worker-a"] + _prefetches(gw)["worker-b"] == 1
+        assert advisor.stats.report()["tool_kv"] == {"offload": 2, "early": 1, "early_skipped": 1}
+
+
+@pytest.mark.anyio
+async def test_a_tool_result_that_cannot_land_starts_no_prefetch_of_its_own(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        clock = _fake_clock(gw)
+        advisor = gw.state.advisor
+        advisor.result_gaps = ResultGaps(min_samples=1)
+        advisor.result_gaps.record("default", 0.0)  # this tenant sends each turn as soon as it posted the result
+        for _ in range(3):
+            advisor.tool_durations.record("default", "run_tests", 60.0)
+        first, _ = await _tool_turn(gw, "none-1")
+        advisory = await _tool_call_advisory(gw, "none-1")
+        clock.now += 60.0 + 5.0 + 1.0  # the tool outlived the advisory's expiry: settled wasted, none live
+        (expired,) = await _settled(gw, "none-1")
+        assert (expired.id, expired.outcome) == (advisory.id, "wasted")
+
+        async def fired_before_expiry() -> bool:  # the same tick fired its prefetch, then expired it
+            return sum(_prefetches(gw).values()) == 1
+
+        await eventually(fired_before_expiry)
+        prefetched = _prefetches(gw)
+        call = first["choices"][0]["message"]["tool_calls"][0]
+        posted = await gw.client.post(
+            "/v1/sessions/none-1/tool_results", json={"tool_call_id": call["id"], "content": "3 passed"}
+        )
+        assert posted.json()["advisory"] == {"object": "advisory", "state": "skipped", "reason": "cannot_land"}
+        await _next_turn(gw, "none-1", first)
+        assert _prefetches(gw) == prefetched  # the expired one's only
+        assert [a.id for a in await _advisories(gw, "none-1") if a.kind == "tool_result"] == []
+        assert advisor.stats.report()["tool_kv"]["early_skipped"] == 1

@@ -145,7 +145,8 @@ def tool_calls_on(args: argparse.Namespace) -> bool:
 
 def advisory_counts(stats: dict[str, Any] | None) -> dict[str, int]:
     """The advisory outcomes of the gateway's stats, summed over signal kinds, and the tool-call KV lifecycle's
-    events ("toolkv keep", "toolkv offload", "toolkv early", "toolkv retain_fallback")."""
+    events ("toolkv keep", "toolkv offload", "toolkv keep_then_offload", "toolkv early", "toolkv early_skipped",
+    "toolkv retain_lapsed", "toolkv retain_fallback")."""
     if stats is None:
         return {}
     counts = {"used": 0, "late": 0, "wasted": 0, "missed": int(stats.get("missed") or 0)}

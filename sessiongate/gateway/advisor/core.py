@@ -3,6 +3,7 @@
 One live advisory per session at most. Its life:
 
     signal ──► scheduled (fire_at in the future: a tool expected to end later)
+           ──► retained (a short tool's KV kept where it is; a keep_then_offload's retain lapses back to scheduled)
            ──► fired (the prefetch was asked for; the reservation holds) ──► ready (the prefetch finished)
     then exactly one of:
       the session's next request    ──► claimed, settled after the turn as
@@ -58,6 +59,8 @@ class LiveAdvisory:
     # tool's KV, see toolkv.py), and falls back to a prefetch when the worker holds none of it.
     action: str = "prefetch"
     retain_s: float = 0.0
+    # keep_then_offload: when the retain lapses with no request, a prefetch is scheduled for this time (`lapse`).
+    then_fire_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,24 @@ class AdvisorBook:
         for advisory in ready:
             advisory.fired = True
         return ready
+
+    def lapse(self, now: float) -> list[LiveAdvisory]:
+        """Retains of keep_then_offload advisories that lapsed with no request (their retain answered): each
+        becomes a prefetch scheduled for its `then_fire_at`, not fired, holding no reservation; returned."""
+        lapsed = [
+            a
+            for a in self.live.values()
+            if a.then_fire_at is not None
+            and a.fired
+            and (a.ready_at is not None or a.failed)
+            and a.created_at + a.retain_s <= now < a.expires_at
+        ]
+        for advisory in lapsed:
+            assert advisory.then_fire_at is not None
+            advisory.action, advisory.fire_at, advisory.then_fire_at = "prefetch", advisory.then_fire_at, None
+            advisory.fired, advisory.ready_at, advisory.failed = False, None, False
+            advisory.prefetch_id, advisory.bytes_loaded = None, None
+        return lapsed
 
     # tool durations
 

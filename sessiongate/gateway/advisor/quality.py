@@ -5,7 +5,12 @@ with at least `min_samples` outcomes in the last `window_s` seconds, the waste r
 
     wasted / (used + late + wasted)
 
-("late" counts as a good hint: the request did come, only sooner than the prefetch could finish). A key whose
+For a typing hint (and any kind not named below) "late" counts as a good hint: the request did come, only sooner
+than the prefetch could finish, and a person typing gives the next hint the same way. For the tool-call KV
+lifecycle's advisories (kinds in `LATE_IS_WASTED`: "tool_call", made when a turn ends with tool calls, and
+"tool_result", made by a tool result with none live) "late" counts as wasted: the turn came before the prefetch
+landed, so the load it started competed with that turn instead of hiding it (typically a result posted right
+before the next turn); a lifecycle that keeps being late is tamed like one that guesses wrong. A key whose
 ratio reaches `host_only_at` (0.5) makes its advisories prefetch into the host tier only, which costs host memory
 and a pool read but never device memory nor a device copy; one that reaches `none_at` (0.8) stops them: the
 signal is acknowledged and ignored. The strictest of the three keys wins, so a noisy session is tamed without
@@ -20,10 +25,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["HintQuality", "Tier"]
+__all__ = ["LATE_IS_WASTED", "HintQuality", "Tier"]
 
 Tier = Literal["device", "host", "none"]
 _ORDER: dict[Tier, int] = {"device": 0, "host": 1, "none": 2}
+# Signal kinds whose "late" outcome counts as wasted (the tool-call KV lifecycle's advisories).
+LATE_IS_WASTED = frozenset({"tool_call", "tool_result"})
 
 
 @dataclass(slots=True)
@@ -40,12 +47,18 @@ class HintQuality:
     def keys(session_id: str, tenant_id: str, kind: str) -> tuple[tuple[str, str], ...]:
         return (("session", session_id), ("tenant", tenant_id), ("kind", kind))
 
+    @staticmethod
+    def is_wasted(kind: str, outcome: str) -> bool:
+        """Whether a settled outcome counts against its hint (see the module's docstring)."""
+        return outcome == "wasted" or (outcome == "late" and kind in LATE_IS_WASTED)
+
     def record(self, session_id: str, tenant_id: str, kind: str, outcome: str, now: float) -> None:
         if outcome not in ("used", "late", "wasted"):
             return
+        wasted = self.is_wasted(kind, outcome)
         for key in self.keys(session_id, tenant_id, kind):
             samples = self._outcomes.setdefault(key, deque(maxlen=self.max_samples))
-            samples.append((now, outcome == "wasted"))
+            samples.append((now, wasted))
         while len(self._outcomes) > self.max_keys:  # soft state: the oldest keys go first
             del self._outcomes[next(iter(self._outcomes))]
 

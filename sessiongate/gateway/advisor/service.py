@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -38,7 +39,7 @@ from sessiongate.sglang_ext.protocol import PrefetchRequest, SessionKVRequest
 from .core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
 from .quality import HintQuality
 from .stats import AdvisoryStats
-from .toolkv import ToolDurations, ToolKVDecision, ToolKVPolicy
+from .toolkv import ResultGaps, ToolDurations, ToolKVDecision, ToolKVPolicy
 
 __all__ = ["Advisor"]
 
@@ -49,6 +50,8 @@ _TERMINAL = ("done", "cancelled", "failed", "expired")
 _KEEP_S = 60.0
 # A time after every expiry: `end_advisory` at it ends an advisory whatever its expiry (a withdrawal).
 _FOREVER = 1e12
+# Sessions remembered between a tool result (or a dropped early prefetch) and their next turn, at most.
+_MAX_PENDING = 100_000
 
 
 def _utcnow() -> datetime:
@@ -89,6 +92,12 @@ class Advisor:
         self.tool_kv = tool_kv or ToolKVPolicy()
         self.tool_kv_enabled = tool_kv_enabled
         self.tool_durations = ToolDurations()
+        # When each session's last tool result was signalled (tenant, clock), until its next turn: `result_gaps`
+        # learns the gaps. And the sessions whose scheduled prefetch a tool result dropped (`early_skipped`):
+        # their next turn was foreseen, not missed.
+        self.result_gaps = ResultGaps()
+        self._result_at: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._early_skipped: OrderedDict[str, bool] = OrderedDict()
         self.lead_s = lead_s
         self.tool_result_trigger = tool_result_trigger
         self.poll_interval_s = poll_interval_s
@@ -132,6 +141,11 @@ class Advisor:
         if self._counts:
             self._spawn(self._flush_counts())
         now = self.clock()
+        for advisory in self.book.lapse(now):
+            # A keep_then_offload's retain lapsed: the KV is unprotected; its prefetch waits for the long kind.
+            self.stats.tool_kv_event("retain_lapsed")
+            if advisory.shared:
+                self._spawn(self._lapse_shared(advisory))
         for advisory in self.book.due(now):
             if advisory.fire_at > advisory.created_at:
                 self._retarget(advisory)  # scheduled for later: the router's choice may have changed since
@@ -141,6 +155,9 @@ class Advisor:
                 self._spawn(self._end_shared(advisory))
             else:
                 self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
+
+    async def _lapse_shared(self, advisory: LiveAdvisory) -> None:
+        await self._share_update(advisory, fired=False, ready_at=None, failed=False)
 
     def _home_worker(self, session_id: str) -> WorkerView | None:
         """The routable worker that served the session last (where its KV is), if any."""
@@ -209,7 +226,8 @@ class Advisor:
         now = self.clock()
         if decision is not None:
             expected_in_s = decision.predicted_s
-            fire_in_s = decision.fire_in_s
+            # keep_then_offload: the retain now, its prefetch when the retain lapses (`AdvisorBook.lapse`).
+            fire_in_s = 0.0 if decision.action == "keep_then_offload" else decision.fire_in_s
         else:
             fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
         worker: WorkerView | None = None
@@ -220,9 +238,14 @@ class Advisor:
             self.book.withdraw(session_id)
             self._withdrawn(live, "cancelled")
             live = None
+        # A tool result of a tenant whose next turns follow their results too closely for a prefetch to land (the
+        # SDK's flow: post the result, send the turn) starts no prefetch: it would only compete with that turn.
+        lands = kind != "tool_result" or self._early_fire_lands(session_id, tenant_id)
         if live is not None and not live.fired:
             # A scheduled advisory (a long tool's prefetch) meets a new signal: a tool result before the predicted
-            # return fires it now, at the worker the router picks now.
+            # return fires it now, at the worker the router picks now (unless it cannot land).
+            if not lands and now + fire_in_s < live.fire_at:
+                return await self._skip_early(live, now)
             self.book.refresh(session_id, now, fire_in_s=fire_in_s)
             if live.fire_at > now:
                 return self._answer(live, "refreshed", now)
@@ -237,7 +260,7 @@ class Advisor:
             # that honours reservations keeps it while it is still a good choice (no thrashing between equals).
             keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
             worker = self.router.choose(session_id, tenant_id, reservation=keep)
-            if worker is None or worker.id == live.worker_id:
+            if worker is None or worker.id == live.worker_id or not lands:
                 self.book.refresh(session_id, now, fire_in_s=fire_in_s)
                 await self._share_update(live, expires_at=self._to_unix(live.expires_at), stopped=False)
                 return self._answer(live, "refreshed", now)
@@ -250,13 +273,18 @@ class Advisor:
             refreshed = await self._refresh_elsewhere(session_id, fire_in_s)
             if refreshed is not None:
                 return refreshed
+        if not lands:
+            self.stats.tool_kv_event("early_skipped")
+            self._remember(self._early_skipped, session_id, True)
+            log.info("advisory_skipped", reason="cannot_land", kind=kind)
+            return {"object": "advisory", "state": "skipped", "reason": "cannot_land"}
         tier = await self._tier(session_id, tenant_id, kind, now)
         if tier == "none":
             self.stats.skipped(kind)
             self._count({f"{kind}:skipped": 1})
             log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
-        if decision is not None and decision.action == "keep":
+        if decision is not None and decision.action != "offload":
             worker = worker or self._home_worker(session_id)  # a short tool: the KV stays where it is
         worker = worker or self.router.choose(session_id, tenant_id)
         if worker is None:
@@ -290,8 +318,10 @@ class Advisor:
             fire_at=now + fire_in_s,
             expires_at=now + ttl_s,
         )
-        if decision is not None and decision.action == "keep":
+        if decision is not None and decision.action != "offload":
             advisory.action, advisory.retain_s = "retain", decision.retain_s
+            if decision.action == "keep_then_offload":
+                advisory.then_fire_at = now + decision.fire_in_s
         self.book.add(advisory)
         to_fire = self.book.due(now)
         if self.shared is not None:  # shared before its prefetch starts, so its updates find it
@@ -300,6 +330,28 @@ class Advisor:
             self._spawn(self._fire(each))
         log.info("advisory_created", advisory_id=record.id, kind=kind, worker=worker.id, target=tier)
         return self._answer(advisory, "fired" if advisory.fired else "scheduled", now)
+
+    def _early_fire_lands(self, session_id: str, tenant_id: str) -> bool:
+        gap_s = self.result_gaps.median(tenant_id)
+        return self.tool_kv.early_fire_lands(gap_s, self.router.belief.context_tokens(session_id))
+
+    async def _skip_early(self, advisory: LiveAdvisory, now: float) -> dict[str, Any]:
+        """Drop a scheduled prefetch that a tool result would fire too late to land, as a fire replaces it: the
+        advisory is withdrawn (settled cancelled, so no reservation) and the turn's routing counts its own load."""
+        self.book.withdraw(advisory.session_id)
+        log.info("advisory_early_skipped", advisory_id=advisory.id, kind=advisory.kind, reason="cannot_land")
+        self.stats.tool_kv_event("early_skipped")
+        self._remember(self._early_skipped, advisory.session_id, True)
+        if await self._take_back(advisory):
+            self._withdrawn(advisory, "cancelled")
+        return self._answer(advisory, "skipped", now) | {"reason": "cannot_land", "expires_in_s": 0.0}
+
+    @staticmethod
+    def _remember(pending: OrderedDict[str, Any], session_id: str, value: Any) -> None:
+        pending[session_id] = value
+        pending.move_to_end(session_id)
+        while len(pending) > _MAX_PENDING:  # soft state: the oldest go first
+            pending.popitem(last=False)
 
     async def stopped(self, session_id: str) -> dict[str, Any]:
         now = self.clock()
@@ -354,12 +406,16 @@ class Advisor:
         self.book.add(self._from_shared(record))
 
     def on_request(self, session_id: str, tenant_id: str, turn_id: str, turn_seq: int, worker_id: str) -> None:
-        claim = self.book.claim(session_id, worker_id, self.clock())
+        now = self.clock()
+        if (result := self._result_at.pop(session_id, None)) is not None:
+            self.result_gaps.record(result[0], now - result[1])
+        skipped = self._early_skipped.pop(session_id, False)
+        claim = self.book.claim(session_id, worker_id, now)
         if claim is not None:
             self._claims[turn_id] = claim
             self.stats.claimed += 1
             self._count({"claimed": 1})
-        elif turn_seq > 1:
+        elif turn_seq > 1 and not skipped:  # a dropped early prefetch's turn was foreseen (settled cancelled)
             self.stats.missed += 1
             self._count({"missed": 1})
             self._missed.append(sessions.MissedTurn(session_id, tenant_id, turn_id, self.wall()))
@@ -384,9 +440,8 @@ class Advisor:
 
     def plan_tool_kv(self, session_id: str, tenant_id: str, tool_names: Sequence[str]) -> ToolKVDecision:
         """Keep the session's KV on the device through its tools, or let it go and prefetch it back (toolkv.py)."""
-        predicted_s, source = self.tool_kv.predict(self.tool_durations, tenant_id, tool_names)
         context = self.router.belief.context_tokens(session_id)
-        decision = self.tool_kv.decide(predicted_s, context, source=source, tools=tool_names)
+        decision = self.tool_kv.plan(self.tool_durations, tenant_id, tool_names, context)
         self.stats.tool_kv_event(decision.action)
         return decision
 
@@ -399,6 +454,7 @@ class Advisor:
         left = [c for c in pending if c.turn_id == call.turn_id]
         if self.tool_result_trigger == "last" and left:
             return None
+        self._remember(self._result_at, call.session_id, (tenant_id, self.clock()))
         return await self.signal(call.session_id, tenant_id, "tool_result")
 
     # I/O, in background tasks
@@ -531,7 +587,7 @@ class Advisor:
     ) -> None:
         self.quality.record(advisory.session_id, advisory.tenant_id, advisory.kind, outcome, self.clock())
         if self.shared is not None and outcome in ("used", "late", "wasted"):
-            self._spawn(self._share_outcome(advisory, outcome == "wasted"))
+            self._spawn(self._share_outcome(advisory, self.quality.is_wasted(advisory.kind, outcome)))
         self.stats.settled(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
         self._count(AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded))
         log.info("advisory_settled", advisory_id=advisory.id, kind=advisory.kind, outcome=outcome)

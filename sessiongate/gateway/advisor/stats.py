@@ -57,8 +57,10 @@ class AdvisoryStats:
     prefetches_sent: dict[str, int] = field(default_factory=dict)  # by target tier
     prefetch_bytes: int = 0
     prefetch_latency: PrefetchLatency = field(default_factory=PrefetchLatency)
-    # The tool-call KV lifecycle (toolkv.py): decisions ("keep", "offload"), scheduled prefetches fired early by a
-    # signal ("early"), and keeps whose worker held none of the KV ("retain_fallback").
+    # The tool-call KV lifecycle (toolkv.py): decisions ("keep", "offload", "keep_then_offload"), keep_then_offload
+    # retains that lapsed with no request, their prefetch now scheduled ("retain_lapsed"), scheduled prefetches
+    # fired early by a tool result ("early") or dropped because the tenant's turns follow their results too closely
+    # for one to land ("early_skipped"), and keeps whose worker held none of the KV ("retain_fallback").
     tool_kv: dict[str, int] = field(default_factory=dict)
 
     def _kind(self, kind: str) -> _KindStats:
