@@ -112,13 +112,7 @@ def sqlite_file_engine(engine: AsyncEngine) -> Engine | None:
     )
     event.listen(sync, "connect", _take_transaction_control)
     event.listen(sync, "connect", _set_sqlite_pragmas)
-    event.listen(sync, "connect", _leave_checkpoints_to_the_store)
     return sync
-
-
-def _leave_checkpoints_to_the_store(dbapi_connection: Any, connection_record: Any) -> None:
-    # The group commit checkpoints the WAL from a thread of its own (sessions.group_commit), not inside a commit.
-    dbapi_connection.execute("PRAGMA wal_autocheckpoint=0")
 
 
 def _take_transaction_control(dbapi_connection: Any, connection_record: Any) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -28,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import anyio
-import structlog
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
@@ -36,12 +34,8 @@ __all__ = ["GroupCommitter"]
 
 T = TypeVar("T")
 
-log = structlog.get_logger(__name__)
-
 # A batch larger than this waits for the next one: it bounds how long the first job of a batch waits for the last.
 MAX_BATCH = 64
-# How often (at most) a checkpoint copies the WAL's pages back into the database file, while batches commit.
-CHECKPOINT_EVERY_S = 1.0
 
 
 @dataclass
@@ -66,7 +60,6 @@ class GroupCommitter:
         guard: Callable[[], AbstractAsyncContextManager[None]],
         translate: Callable[[BaseException], BaseException],
         max_batch: int = MAX_BATCH,
-        checkpoint_every_s: float = CHECKPOINT_EVERY_S,
     ) -> None:
         self._engine = engine
         self._guard = guard
@@ -78,12 +71,7 @@ class GroupCommitter:
         self.batches = 0  # committed batches and the jobs in them: the figures of `store_costs`
         self.jobs = 0
         self.waited = 0  # batches that found the write lock taken and waited for it on the worker thread
-        self.checkpoints = 0
         self._inline: Connection | None = None
-        self._checkpoint_every_s = checkpoint_every_s
-        self._last_checkpoint = time.monotonic()
-        self._checkpointing: asyncio.Task[None] | None = None
-        self._checkpointer = anyio.CapacityLimiter(1)
 
     async def run(self, work: Callable[[Connection], T]) -> T:
         job: _Job[T] = _Job(work)
@@ -111,7 +99,6 @@ class GroupCommitter:
                 continue
             self.batches += 1
             self.jobs += len(batch)
-            self._checkpoint_later()
             for job in batch:
                 assert job.outcome is not None
                 ok, value = job.outcome
@@ -121,33 +108,6 @@ class GroupCommitter:
                     job.future.set_result(value)
                 else:
                     job.future.set_exception(self._translate(value))
-
-    def _checkpoint_later(self) -> None:
-        """Start a checkpoint on a thread of its own, if none runs and the last is `checkpoint_every_s` old.
-
-        The engine's connections never checkpoint by themselves (`database.sqlite_file_engine`): SQLite's automatic
-        checkpoint runs inside the commit that crosses 1,000 WAL pages, which here is a batch on the event loop
-        (a stall of milliseconds), and it copies the hot pages (the session rows, the indexes' last leaves) again
-        every 1,000 pages. A PASSIVE checkpoint once a second copies each page changed in that second once, and
-        never blocks a writer."""
-        now = time.monotonic()
-        if now - self._last_checkpoint < self._checkpoint_every_s:
-            return
-        if self._checkpointing is not None and not self._checkpointing.done():
-            return
-        self._last_checkpoint = now
-        self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
-
-    async def _checkpoint(self) -> None:
-        try:
-            await anyio.to_thread.run_sync(self._checkpoint_now, limiter=self._checkpointer)
-        except Exception as exc:  # the next one catches up; the WAL only grows meanwhile
-            log.warning("wal_checkpoint_failed", error=str(exc))
-
-    def _checkpoint_now(self) -> None:
-        with self._engine.connect() as conn:
-            _driver(conn).execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        self.checkpoints += 1
 
     def _fail_queued(self, error: BaseException) -> None:
         while self._queue:

@@ -112,25 +112,6 @@ async def test_jobs_run_once_unless_one_of_their_batch_fails_then_again_each_alo
     assert _keys(engine) == {"first", "a", "b", "c", "d", "e"}
 
 
-async def test_the_wal_is_checkpointed_from_a_thread_not_in_the_commits(engine: Engine) -> None:
-    committer = GroupCommitter(engine, guard=_no_guard, translate=lambda exc: exc, checkpoint_every_s=0.0)
-    await asyncio.gather(*(committer.run(_insert(f"w{i}")) for i in range(30)))
-    with engine.connect() as conn:  # the engine's connections leave it to the committer
-        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
-    assert committer._checkpointing is not None
-    await committer._checkpointing
-    await committer.run(_insert("last"))  # after the checkpoint above: starts one more, which copies everything
-    await committer._checkpointing
-    assert committer.checkpoints >= 2
-    # The database file itself, read without its WAL, holds every row: the checkpoints copied them there.
-    main_file = sqlite3.connect(f"file:{engine.url.database}?immutable=1", uri=True)
-    try:
-        assert main_file.execute("SELECT count(*) FROM t").fetchone() == (31,)
-    finally:
-        main_file.close()
-    committer.close()
-
-
 async def test_a_job_that_breaks_a_constraint_fails_alone(engine: Engine) -> None:
     committer = _committer(engine)
     await committer.run(_insert("taken"))
