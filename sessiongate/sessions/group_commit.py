@@ -81,6 +81,11 @@ class GroupCommitter:
         return await _uncancellable(job.future)
 
     async def _drain(self) -> None:
+        # One turn of the event loop before the first batch: the requests the loop is about to resume (answers
+        # just read from workers, bodies just received) queue their jobs too, and the batch shares its BEGIN and
+        # COMMIT among more of them. At concurrency 16 that took 10-15% off the gateway's CPU per turn, and the
+        # latency it added was less than the commits it saved (docs/benchmarks.md).
+        await asyncio.sleep(0)
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
             try:
