@@ -3,10 +3,10 @@
 On the group commit's SQLite connection SQLAlchemy's execution machinery (execution context, parameter and result
 processing, result objects) cost several times what SQLite itself spends on these small statements, and they run
 for every turn. `execute(conn, statement, params)` runs a statement registered here straight on the driver: the
-SQL, the bind processors (datetimes, JSON) and the result processors are SQLAlchemy's own, taken from one
-compilation, so rows come back as the same Python values. Any other connection (PostgreSQL, aiosqlite's
-in-memory database) or statement takes SQLAlchemy's path. The tests of `turns` run both paths (SQLite and
-PostgreSQL) against the same expectations.
+SQL, the bind processors (JSON) and the result processors are SQLAlchemy's own, taken from one compilation, so
+rows come back as the same Python values; datetimes are bound in one step that writes the text SQLAlchemy's two
+processors write. Any other connection (PostgreSQL, aiosqlite's in-memory database) or statement takes
+SQLAlchemy's path. The tests of `turns` run both paths (SQLite and PostgreSQL) against the same expectations.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection
@@ -23,6 +24,7 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from .database import json_dumps, json_loads
+from .models import UTCDateTime
 
 __all__ = ["RawStatement", "execute", "register"]
 
@@ -43,9 +45,10 @@ class RawStatement:
             name: bind.effective_value for bind, name in compiled.bind_names.items() if not bind.required
         }
         processors = compiled._bind_processors
+        utc_times = {name for bind, name in compiled.bind_names.items() if isinstance(bind.type, UTCDateTime)}
         binds: list[tuple[str, Callable[[Any], Any] | None]] = []
         for name in dict.fromkeys(compiled.bind_names.values()):
-            process = processors.get(name)
+            process = _utc_text if name in utc_times else processors.get(name)
             if process is not None and not callable(process):  # a tuple bind's processors: not a plain statement
                 raise ValueError(f"the raw path takes plain binds only, not {name!r}")
             binds.append((name, process))
@@ -73,6 +76,16 @@ class RawStatement:
             cursor.close()
         row_type, results = self._row, self._results
         return [row_type(*(v if p is None else p(v) for p, v in zip(results, row, strict=True))) for row in rows]
+
+
+def _utc_text(value: datetime | None) -> str | None:
+    """What `UTCDateTime` and SQLite's DATETIME bind processors make of `value` together (the UTC wall time as
+    "YYYY-MM-DD HH:MM:SS.ffffff"), in one step: there are several of them in every turn's statements."""
+    if value is None:
+        return None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r}: the store only accepts timezone-aware datetimes")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 _REGISTERED: dict[int, RawStatement] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from sessiongate.sessions import _raw as raw
 from sessiongate.sessions import _statements as sql
 from sessiongate.sessions import create_engine, upgrade_sync
 from sessiongate.sessions.database import sqlite_file_engine
+from sessiongate.sessions.models import UTCDateTime
 
 
 def _turn_values(received_at: datetime) -> dict[str, object]:
@@ -92,3 +93,24 @@ class _NoSqlite3:
 
 def _refuse(*args: object, **kwargs: object) -> None:
     raise AssertionError("the raw path went through SQLAlchemy's execute")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=UTC),
+        datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC),  # no microseconds: still written with six digits
+        datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=-7, minutes=-30))),
+        datetime(999, 1, 1, tzinfo=UTC),
+    ],
+)
+def test_datetimes_are_bound_as_sqlalchemy_binds_them(value: datetime) -> None:
+    column = UTCDateTime()
+    dialect = raw._DIALECT
+    expected = column.dialect_impl(dialect).bind_processor(dialect)(value)  # type: ignore[misc]
+    assert raw._utc_text(value) == expected
+
+
+def test_a_naive_datetime_is_refused_on_the_raw_path() -> None:
+    with pytest.raises(ValueError, match="naive datetime"):
+        raw._utc_text(datetime(2026, 1, 1))
