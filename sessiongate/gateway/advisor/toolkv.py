@@ -40,11 +40,12 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 __all__ = ["ResultGaps", "ToolDurations", "ToolKVDecision", "ToolKVPolicy", "quantile"]
 
 Action = Literal["keep", "offload", "keep_then_offload"]
+K = TypeVar("K")
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -56,6 +57,27 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+class _Recent(Generic[K]):
+    """The newest `max_samples` values per key, for at most `max_keys` keys, the least recently added dropped first
+    (soft state)."""
+
+    def __init__(self, max_samples: int, max_keys: int) -> None:
+        self._values: OrderedDict[K, deque[float]] = OrderedDict()
+        self._max_samples, self._max_keys = max_samples, max_keys
+
+    def add(self, key: K, value: float) -> None:
+        values = self._values.get(key)
+        if values is None:
+            values = self._values[key] = deque(maxlen=self._max_samples)
+        self._values.move_to_end(key)
+        values.append(value)
+        while len(self._values) > self._max_keys:
+            self._values.popitem(last=False)
+
+    def get(self, key: K) -> deque[float] | None:
+        return self._values.get(key)
+
+
 @dataclass(slots=True)
 class ToolDurations:
     """Recorded tool durations per (tenant, tool) and per tool, the newest `max_samples` of each (soft state)."""
@@ -63,17 +85,14 @@ class ToolDurations:
     max_samples: int = 50
     min_samples: int = 3
     max_keys: int = 100_000
-    _samples: OrderedDict[tuple[str, str], deque[float]] = field(default_factory=OrderedDict)
+    _samples: _Recent[tuple[str, str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._samples = _Recent(self.max_samples, self.max_keys)
 
     def record(self, tenant_id: str, name: str, seconds: float) -> None:
         for key in ((tenant_id, name), ("", name)):
-            samples = self._samples.get(key)
-            if samples is None:
-                samples = self._samples[key] = deque(maxlen=self.max_samples)
-            self._samples.move_to_end(key)
-            samples.append(max(seconds, 0.0))
-        while len(self._samples) > self.max_keys:
-            self._samples.popitem(last=False)
+            self._samples.add(key, max(seconds, 0.0))
 
     def predict(self, tenant_id: str, names: Sequence[str], q: float) -> tuple[float, str] | None:
         """(seconds, source) for the slowest of `names`; source is "tenant" or "tool"; None with too few samples."""
@@ -102,16 +121,13 @@ class ResultGaps:
     max_samples: int = 20
     min_samples: int = 3
     max_keys: int = 100_000
-    _gaps: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
+    _gaps: _Recent[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._gaps = _Recent(self.max_samples, self.max_keys)
 
     def record(self, tenant_id: str, seconds: float) -> None:
-        gaps = self._gaps.get(tenant_id)
-        if gaps is None:
-            gaps = self._gaps[tenant_id] = deque(maxlen=self.max_samples)
-        self._gaps.move_to_end(tenant_id)
-        gaps.append(max(seconds, 0.0))
-        while len(self._gaps) > self.max_keys:
-            self._gaps.popitem(last=False)
+        self._gaps.add(tenant_id, max(seconds, 0.0))
 
     def median(self, tenant_id: str) -> float | None:
         gaps = self._gaps.get(tenant_id)
