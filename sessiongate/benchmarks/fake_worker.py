@@ -380,12 +380,14 @@ async def _stream(
     details: dict[str, Any] | None,
 ) -> AsyncIterator[bytes]:
     def event(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+        # As SGLang's chunks: `usage` is in every one (null but in the usage chunk), `sglext` only where it is set.
         chunk = {
             "id": rid,
             "object": "chat.completion.chunk",
             "created": 0,
             "model": b.model,
             "choices": choices,
+            "usage": None,
             **extra,
         }
         return b"data: " + orjson.dumps(chunk) + b"\n\n"

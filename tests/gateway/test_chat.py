@@ -132,6 +132,32 @@ async def test_streamed_turn_relays_sse_and_records_the_assembled_answer(gateway
     assert turn["timings"]["first_token_at"] is not None
 
 
+async def test_streamed_words_that_name_the_chunks_the_relay_reads_are_relayed_and_recorded(gateway: Gateway) -> None:
+    """The relay reads at once only the chunks that may be a usage, cache report or error chunk, by their keys'
+    names; generated text holding those names (as whole values, or quoted) is still relayed and recorded whole."""
+    words = 'usage error sglext "usage" {"error": x} [DONE] data: done'
+    async with gateway.client.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": words}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        headers={"X-Session-Id": "s-names"},
+    ) as response:
+        text = (await response.aread()).decode()
+    events = _sse_events(text)
+    assert events[-1] == "[DONE]"
+    chunks = [orjson.loads(e) for e in events[:-1]]
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert content == "echo: " + words
+    assert chunks[-1]["usage"]["completion_tokens"] > 0  # the usage chunk, annotated
+    assert chunks[-1]["sessiongate"]["session_id"] == "s-names"
+    turn = (await gateway.client.get("/v1/sessions/s-names/turns")).json()["data"][0]
+    assert (turn["status"], turn["output_message"]["content"]) == ("ok", content)
+
+
 async def test_stream_with_include_usage_carries_cache_report_and_annotation(gateway: Gateway) -> None:
     async def usage_chunk() -> dict[str, Any]:
         response = await gateway.client.post(
