@@ -39,8 +39,6 @@ class StreamRelay:
         self.url = url
         self.body = body
         self.assembler = StreamAssembler()
-        # Chunks relayed as they came and not yet given to the assembler, in order (see `_translate`).
-        self._unassembled: list[bytes] = []
         self._resources = contextlib.AsyncExitStack()
         self._lines: AsyncIterator[list[bytes]] | None = None
         self.error: GatewayError | None = None
@@ -92,12 +90,6 @@ class StreamRelay:
         if payload == b"[DONE]":
             self.done = True
             return _DONE
-        if self.ctx.first_token_at is not None and not _may_need_a_look(payload):
-            # A chunk of generated text or tool call once the first token is in: nothing in it changes what the
-            # client gets, so it is relayed as it came and assembled (for the store) at the end, all at once.
-            self._unassembled.append(payload)
-            return b"data: " + payload + b"\n\n"
-        self._assemble_relayed()
         try:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -127,28 +119,8 @@ class StreamRelay:
             return b""
         return b"data: " + payload + b"\n\n"
 
-    def _assemble_relayed(self) -> None:
-        """Give the assembler the chunks relayed without a look, in one parse (one at a time if one is not JSON,
-        which the assembler skips, as it skips what is not an object)."""
-        if not self._unassembled:
-            return
-        try:
-            chunks = orjson.loads(b"[" + b",".join(self._unassembled) + b"]")
-        except orjson.JSONDecodeError:
-            chunks = []
-            for payload in self._unassembled:
-                try:
-                    chunks.append(orjson.loads(payload))
-                except orjson.JSONDecodeError:
-                    continue
-        self._unassembled = []
-        for chunk in chunks:
-            if isinstance(chunk, dict):
-                self.assembler.add(chunk)
-
     async def finish(self, *, client_gone: bool) -> None:
         await self._resources.aclose()
-        self._assemble_relayed()
         partial = self.assembler.message()
         if self.done and self.error is None:
             await finish_turn(self.ctx, self.assembler.result())
@@ -163,13 +135,6 @@ class StreamRelay:
         else:
             reason = "the client disconnected" if client_gone else "the gateway stopped the stream"
             await fail_turn(self.ctx, _Cancelled(reason), status="cancelled", partial=partial, used_tokens=used)
-
-
-def _may_need_a_look(payload: bytes) -> bool:
-    """Whether a chunk may be one the relay changes or reads at once: SGLang's usage chunk (every other chunk has
-    `"usage":null`), its `sglext` cache report, an error. A JSON string cannot hold an unescaped quote, so these
-    names in quotes are keys, or whole string values (then the chunk is parsed for nothing, and relayed as before)."""
-    return (b'"usage"' in payload and b'"usage":null' not in payload) or b'"sglext"' in payload or b'"error"' in payload
 
 
 class _Cancelled(Exception):
