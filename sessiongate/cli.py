@@ -11,16 +11,33 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sessiongate.sessions import SessionStore
 
-__all__ = ["main"]
+__all__ = ["main", "run_server"]
+
+
+def run_server(app: Any, *, host: str, port: int, **options: Any) -> None:
+    """Serve `app` as `sessiongate serve` does (the benchmarks' Python floor runs on this too, to be the floor of
+    this very server)."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
+        **options,
+    )
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
 
     from sessiongate.gateway.app import create_app
     from sessiongate.gateway.logs import configure
@@ -41,15 +58,10 @@ def _serve(args: argparse.Namespace) -> int:
         log_content=settings.log_content,
         secrets=(settings.admin_key, settings.api_key, settings.cache_salt_secret, settings.worker_api_key),
     )
-    uvicorn.run(
+    run_server(
         create_app(settings),
         host=settings.host,
         port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level="warning",
-        lifespan="on",
         timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     return 0

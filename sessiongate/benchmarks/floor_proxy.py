@@ -20,8 +20,8 @@ import zlib
 from typing import Any
 
 import orjson
-import uvicorn
 
+from sessiongate.cli import run_server
 from sessiongate.gateway.http1 import Http1Pool, ProtocolError
 
 __all__ = ["FloorProxy"]
@@ -91,16 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--worker", action="append", required=True)
     args = parser.parse_args(argv)
-    uvicorn.run(
-        FloorProxy(args.worker),
-        host=args.host,
-        port=args.port,
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level="warning",
-        lifespan="on",
-    )
+    run_server(FloorProxy(args.worker), host=args.host, port=args.port)
 
 
 if __name__ == "__main__":
