@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -111,9 +111,6 @@ class BegunTurns:
 
     def pop(self, turn_id: str) -> _Begun | None:
         return self._turns.pop(turn_id, None)
-
-    def __len__(self) -> int:
-        return len(self._turns)
 
 
 def begin_turn(
@@ -315,23 +312,13 @@ def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any]) -> 
     if not moved:  # the context is no longer the one this turn extends
         _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
     calls = _record_requested_calls(conn, turn, ended_at)
-    return TurnRecord(
-        **{**values, "status": "ok"},
-        output_message=output,
-        finish_reason=params["p_finish_reason"],
-        model=params["p_model"],
-        worker=recorded.worker,
-        error=None,
-        dispatched_at=recorded.dispatched_at,
-        first_token_at=params["p_first_token_at"],
-        ended_at=ended_at,
-        prompt_tokens=params["p_prompt_tokens"],
-        completion_tokens=params["p_completion_tokens"],
-        cached_tokens=params["p_cached_tokens"],
-        cached_tokens_details=params["p_cached_tokens_details"],
-        cached_device=params["p_cached_device"],
-        cached_host=params["p_cached_host"],
-        cached_storage=params["p_cached_storage"],
+    # The statement's parameters are the columns it set (`p_<column>`); worker and dispatch time as the row kept them.
+    ended = {name.removeprefix("p_"): value for name, value in params.items() if name != "p_turn"}
+    ended |= {"worker": recorded.worker, "dispatched_at": recorded.dispatched_at}
+    return replace(
+        cv.pending_turn_record(values),
+        **ended,
+        status="ok",
         tool_calls=tuple(cv.tool_call_record(call) for call in calls),
     )
 

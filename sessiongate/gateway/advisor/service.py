@@ -274,8 +274,7 @@ class Advisor:
             if refreshed is not None:
                 return refreshed
         if not lands:
-            self.stats.tool_kv_event("early_skipped")
-            self._remember(self._early_skipped, session_id, True)
+            self._early_skipped_for(session_id)
             log.info("advisory_skipped", reason="cannot_land", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "cannot_land"}
         tier = await self._tier(session_id, tenant_id, kind, now)
@@ -340,11 +339,15 @@ class Advisor:
         advisory is withdrawn (settled cancelled, so no reservation) and the turn's routing counts its own load."""
         self.book.withdraw(advisory.session_id)
         log.info("advisory_early_skipped", advisory_id=advisory.id, kind=advisory.kind, reason="cannot_land")
-        self.stats.tool_kv_event("early_skipped")
-        self._remember(self._early_skipped, advisory.session_id, True)
+        self._early_skipped_for(advisory.session_id)
         if await self._take_back(advisory):
             self._withdrawn(advisory, "cancelled")
         return self._answer(advisory, "skipped", now) | {"reason": "cannot_land", "expires_in_s": 0.0}
+
+    def _early_skipped_for(self, session_id: str) -> None:
+        """A tool result of this session started no prefetch: counted, and its next turn is foreseen, not missed."""
+        self.stats.tool_kv_event("early_skipped")
+        self._remember(self._early_skipped, session_id, True)
 
     @staticmethod
     def _remember(pending: OrderedDict[str, Any], session_id: str, value: Any) -> None:
