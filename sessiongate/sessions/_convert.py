@@ -6,6 +6,7 @@ A "row" is an ORM object or a Core `Row` with the table's columns: the converter
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +25,11 @@ WORKER_STATES = frozenset({"healthy", "unhealthy", "draining"})
 
 
 def new_id(prefix: str) -> str:
-    return prefix + secrets.token_hex(12)
+    """`prefix` + 24 hex digits: the time in milliseconds (12), then 48 random bits. Ids made later sort later, so
+    a new row's key goes at the end of its primary-key index instead of on a random page of it: a random key made
+    every commit write as many index pages as it inserted rows (SQLite), ~20 us of store CPU per turn even in a
+    small database, and more as the table grows. The random half keeps ids unguessable and unique across replicas."""
+    return f"{prefix}{time.time_ns() // 1_000_000:012x}{secrets.token_hex(6)}"
 
 
 def utcnow() -> datetime:
@@ -131,29 +136,40 @@ def turn_record(
     )
 
 
+# What a turn inserted by `begin_turn` does not have yet.
+_NOT_YET: dict[str, Any] = dict.fromkeys(
+    (
+        "output_message",
+        "finish_reason",
+        "model",
+        "worker",
+        "error",
+        "dispatched_at",
+        "first_token_at",
+        "ended_at",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "cached_tokens_details",
+        "cached_device",
+        "cached_host",
+        "cached_storage",
+    )
+)
+
+
 def pending_turn_record(values: Mapping[str, Any], *, session_priority: int = 0) -> TurnRecord:
     """The record of a turn just inserted with `values` (id, session_id, seq, status, input_messages,
     context_reset, request, received_at); everything else is still unset."""
-    return TurnRecord(
-        **values,
-        session_priority=session_priority,
-        output_message=None,
-        finish_reason=None,
-        model=None,
-        worker=None,
-        error=None,
-        dispatched_at=None,
-        first_token_at=None,
-        ended_at=None,
-        prompt_tokens=None,
-        completion_tokens=None,
-        cached_tokens=None,
-        cached_tokens_details=None,
-        cached_device=None,
-        cached_host=None,
-        cached_storage=None,
-        tool_calls=(),
-    )
+    return TurnRecord(**_NOT_YET, **values, session_priority=session_priority, tool_calls=())
+
+
+def ended_turn_record(
+    values: Mapping[str, Any], ended: Mapping[str, Any], tool_calls: Iterable[models.ToolCall | Row[Any]]
+) -> TurnRecord:
+    """The record of a turn inserted with `values` whose end set the columns in `ended` (status included), built
+    in one step: `dataclasses.replace` on the pending record cost ~15 us per turn."""
+    return TurnRecord(**{**_NOT_YET, **values, **ended}, tool_calls=tuple(tool_call_record(c) for c in tool_calls))
 
 
 def advisory_record(row: models.Advisory) -> AdvisoryRecord:

@@ -183,10 +183,9 @@ def context_digest(messages: Iterable[Mapping[str, Any]]) -> str:
 
 def split_delta_by_digest(digest: str, length: int, messages: Sequence[Mapping[str, Any]]) -> Delta:
     """`split_delta` against a context known only by its digest and its length in messages."""
-    new = [dict(message) for message in messages]
-    if len(new) >= length and context_digest(messages[:length]) == digest:
-        return Delta(input_messages=new[length:], context_reset=False)
-    return Delta(input_messages=new, context_reset=True)
+    if len(messages) >= length and context_digest(messages[:length]) == digest:
+        return Delta(input_messages=[dict(message) for message in messages[length:]], context_reset=False)
+    return Delta(input_messages=[dict(message) for message in messages], context_reset=True)
 
 
 def tool_results(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
@@ -314,13 +314,8 @@ def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any]) -> 
     calls = _record_requested_calls(conn, turn, ended_at)
     # The statement's parameters are the columns it set (`p_<column>`); worker and dispatch time as the row kept them.
     ended = {name.removeprefix("p_"): value for name, value in params.items() if name != "p_turn"}
-    ended |= {"worker": recorded.worker, "dispatched_at": recorded.dispatched_at}
-    return replace(
-        cv.pending_turn_record(values),
-        **ended,
-        status="ok",
-        tool_calls=tuple(cv.tool_call_record(call) for call in calls),
-    )
+    ended |= {"status": "ok", "worker": recorded.worker, "dispatched_at": recorded.dispatched_at}
+    return cv.ended_turn_record(values, ended, calls)
 
 
 @dataclass(frozen=True, slots=True)
