@@ -63,6 +63,57 @@ def test_short_tools_are_kept_and_long_ones_offloaded_with_a_prefetch_that_lands
         assert 0.5 < request - at < 2.5
 
 
+def _bimodal_session(sid: str, rounds: int) -> SessionTrace:
+    """A tool that either fails at once (0 s) or runs for 30 s, in turn."""
+    turns = [Turn(400, 4, 0.0, "first")] + [Turn(50, 4, 30.0 if k % 2 else 0.0, "tool") for k in range(rounds)]
+    return SessionTrace(sid, "agent", 0.0, tuple(turns))
+
+
+def _prefetch_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    fired: list[float] = []
+    original = SimWorker.prefetch
+
+    def prefetch(worker: SimWorker, session_id: str, target: str) -> PrefetchResult:
+        fired.append(worker.loop.now)
+        return original(worker, session_id, target)
+
+    monkeypatch.setattr(SimWorker, "prefetch", prefetch)
+    return fired
+
+
+def test_a_bimodal_tool_is_retained_for_its_short_kind_then_prefetched_for_its_long_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fired = _prefetch_times(monkeypatch)
+    result = simulate("kv_aware+toolkv", [_bimodal_session("B", 10)], SIMPLE, workers=2)
+    counts = result.advisories
+    # Turns 1-3 are planned on the default (too few samples: keep); from turn 4 on the samples are half 0 s, half
+    # 30 s: keep_then_offload, its retain 1 s (p90 of the short kind, 0 s, x1.5 + 1 s).
+    assert (counts["keep"], counts["offload"], counts["keep_then_offload"]) == (3, 0, 7)
+    # The 30 s tools of turns 4, 6, 8 and 10 outlive the retain: each lapses into one prefetch, fired just before
+    # its return (30 s - load - 0.5 s); the 0 s tools come back inside the retain and load nothing.
+    assert counts["retain_lapsed"] == 4
+    assert counts["retain_fallback"] == counts["early_skipped"] == 0
+    long_requests = sorted(r.sent_s for r in result.records if r.turn in (4, 6, 8, 10))
+    assert len(fired) == 4
+    for at, request in zip(sorted(fired), long_requests, strict=True):
+        assert 0.5 < request - at < 2.5
+    assert (counts["used"], counts["late"], counts["wasted"]) == (10, 0, 0)
+
+
+def test_a_retain_that_finds_nothing_falls_back_to_a_prefetch_and_still_lapses_into_the_long_kinds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fired = _prefetch_times(monkeypatch)
+    monkeypatch.setattr(SimWorker, "retain", lambda worker, session_id, until: (0, 0))
+    result = simulate("kv_aware+toolkv", [_bimodal_session("F", 10)], SIMPLE, workers=2)
+    counts = result.advisories
+    # Every retain (3 keep, 7 keep_then_offload) became a prefetch at once; the four long tools' a second one.
+    assert counts["retain_fallback"] == 10
+    assert counts["retain_lapsed"] == 4
+    assert len(fired) == 14
+
+
 def test_toolkv_systems_run_the_gateways_kv_aware_with_the_lifecycle() -> None:
     assert SYSTEMS["kv_aware+toolkv"].policy == "kv_aware"
     assert SYSTEMS["kv_aware+toolkv"].tool_kv

@@ -170,6 +170,15 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b and not math.isnan(a) and not math.isnan(b) else "-"
 
 
+def _plans(adv: dict[str, int]) -> str:
+    if "keep" not in adv:
+        return "- / - / -"
+    return (
+        f"{adv['keep']} / {adv['offload']} / {adv['keep_then_offload']} "
+        f"({adv['retain_lapsed']}, {adv['retain_fallback']})"
+    )
+
+
 def _markdown(
     runs: Sequence[ToolKVRun],
     false_rows: Sequence[tuple[int, float, RunSummary, RunSummary]],
@@ -191,7 +200,7 @@ def _markdown(
             "",
             "| agents | system | TTFT mean / p99 s | E2E mean / p99 s | session E2E mean s | prompt tokens device / "
             "host / pool / recomputed | bytes pool->host / host->device | wasted bytes | lifecycle keep / offload "
-            "| advisories used / late / wasted |",
+            "/ keep_then_offload (retains lapsed, fell back) | advisories used / late / wasted |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in sorted(summaries, key=lambda s: (s.load, TOOLKV_SYSTEMS.index(s.system))):
@@ -204,7 +213,7 @@ def _markdown(
                 f"{s.e2e.p99:.1f} | {s.extra['session_e2e_mean']:.0f} | {shares} "
                 f"| {_gb(s.bytes_moved.get('pool->host', 0))} / {_gb(s.bytes_moved.get('host->device', 0))} "
                 f"| {_gb(s.extra['wasted_bytes']) if adv else '-'} "
-                f"| {adv.get('keep', '-')} / {adv.get('offload', '-')} "
+                f"| {_plans(adv)} "
                 f"| {adv.get('used', '-')} / {adv.get('late', '-')} / {adv.get('wasted', '-')} |"
             )
         served = served_at_slo(summaries, p99_ttft_s=slo_s)
