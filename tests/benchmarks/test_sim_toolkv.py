@@ -4,6 +4,7 @@ the simulated cluster, the long-context agent workload and the `toolkv` experime
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,17 @@ def test_new_systems_are_deterministic(system: str) -> None:
     first = simulate(system, sessions, SIMPLE, workers=2)
     again = simulate(system, sessions, SIMPLE, workers=2)
     assert first.records == again.records
+
+
+def test_the_report_splits_the_turns_after_a_long_tool_from_those_after_a_short_one() -> None:
+    kwargs: dict[str, Any] = {"workers": [2], "loads": [2], "sessions_per_user": 1, "false_rate": 0.0}
+    systems = ("kv_aware", "kv_aware+toolkv")
+    recorded = toolkv_experiment(h100_llama8b(), systems=systems, log=lambda _: None, **kwargs)
+    assert "after a long tool" not in recorded  # as recorded, no tool runs over 2 s
+    stretched = toolkv_experiment(h100_llama8b(), systems=systems, tool_scales=[20.0], log=lambda _: None, **kwargs)
+    rows = [line for line in stretched.splitlines() if line.startswith("| 2 | kv_aware") and line.count("%") == 6]
+    assert [row.split(" | ")[1] for row in rows] == ["kv_aware", "kv_aware+toolkv"]
+    for row in rows:
+        long_turns, short_turns = (int(cell.split(" / ")[0]) for cell in row.split(" | ")[2:4])
+        assert long_turns > 0
+        assert short_turns > 0
