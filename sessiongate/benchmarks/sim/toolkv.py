@@ -19,8 +19,10 @@
 
 Not modelled: tool results posted before the next turn (`Advisor.on_tool_result`). The simulated client sends the
 result inside its next request, as a chat-completions client does, so no result gap is ever learnt and the
-early-result skip (`ResultGaps`, `early_skipped`) has nothing to act on; no scheduled advisory is fired early
-either (the false hints of a toolkv run are anchored after a session's last turn, where none is live).
+early-result skip (`ResultGaps`, `early_skipped`) has nothing to act on. Nor does the cluster's hint path fire a
+scheduled advisory early (`Advisor._signal`'s first branch): a false hint is anchored where no request follows
+within lead + ttl (41 s), which in the long-agent workload (tools of 12 s at most) is after a session's last turn,
+where no tool-call advisory is live.
 """
 
 from __future__ import annotations
