@@ -4,6 +4,7 @@ the simulated cluster, the long-context agent workload and the `toolkv` experime
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,57 @@ def test_short_tools_are_kept_and_long_ones_offloaded_with_a_prefetch_that_lands
         assert 0.5 < request - at < 2.5
 
 
+def _bimodal_session(sid: str, rounds: int) -> SessionTrace:
+    """A tool that either fails at once (0 s) or runs for 30 s, in turn."""
+    turns = [Turn(400, 4, 0.0, "first")] + [Turn(50, 4, 30.0 if k % 2 else 0.0, "tool") for k in range(rounds)]
+    return SessionTrace(sid, "agent", 0.0, tuple(turns))
+
+
+def _prefetch_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    fired: list[float] = []
+    original = SimWorker.prefetch
+
+    def prefetch(worker: SimWorker, session_id: str, target: str) -> PrefetchResult:
+        fired.append(worker.loop.now)
+        return original(worker, session_id, target)
+
+    monkeypatch.setattr(SimWorker, "prefetch", prefetch)
+    return fired
+
+
+def test_a_bimodal_tool_is_retained_for_its_short_kind_then_prefetched_for_its_long_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fired = _prefetch_times(monkeypatch)
+    result = simulate("kv_aware+toolkv", [_bimodal_session("B", 10)], SIMPLE, workers=2)
+    counts = result.advisories
+    # Turns 1-3 are planned on the default (too few samples: keep); from turn 4 on the samples are half 0 s, half
+    # 30 s: keep_then_offload, its retain 1 s (p90 of the short kind, 0 s, x1.5 + 1 s).
+    assert (counts["keep"], counts["offload"], counts["keep_then_offload"]) == (3, 0, 7)
+    # The 30 s tools of turns 4, 6, 8 and 10 outlive the retain: each lapses into one prefetch, fired just before
+    # its return (30 s - load - 0.5 s); the 0 s tools come back inside the retain and load nothing.
+    assert counts["retain_lapsed"] == 4
+    assert counts["retain_fallback"] == counts["early_skipped"] == 0
+    long_requests = sorted(r.sent_s for r in result.records if r.turn in (4, 6, 8, 10))
+    assert len(fired) == 4
+    for at, request in zip(sorted(fired), long_requests, strict=True):
+        assert 0.5 < request - at < 2.5
+    assert (counts["used"], counts["late"], counts["wasted"]) == (10, 0, 0)
+
+
+def test_a_retain_that_finds_nothing_falls_back_to_a_prefetch_and_still_lapses_into_the_long_kinds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fired = _prefetch_times(monkeypatch)
+    monkeypatch.setattr(SimWorker, "retain", lambda worker, session_id, until: (0, 0))
+    result = simulate("kv_aware+toolkv", [_bimodal_session("F", 10)], SIMPLE, workers=2)
+    counts = result.advisories
+    # Every retain (3 keep, 7 keep_then_offload) became a prefetch at once; the four long tools' a second one.
+    assert counts["retain_fallback"] == 10
+    assert counts["retain_lapsed"] == 4
+    assert len(fired) == 14
+
+
 def test_toolkv_systems_run_the_gateways_kv_aware_with_the_lifecycle() -> None:
     assert SYSTEMS["kv_aware+toolkv"].policy == "kv_aware"
     assert SYSTEMS["kv_aware+toolkv"].tool_kv
@@ -109,3 +161,17 @@ def test_new_systems_are_deterministic(system: str) -> None:
     first = simulate(system, sessions, SIMPLE, workers=2)
     again = simulate(system, sessions, SIMPLE, workers=2)
     assert first.records == again.records
+
+
+def test_the_report_splits_the_turns_after_a_long_tool_from_those_after_a_short_one() -> None:
+    kwargs: dict[str, Any] = {"workers": [2], "loads": [2], "sessions_per_user": 1, "false_rate": 0.0}
+    systems = ("kv_aware", "kv_aware+toolkv")
+    recorded = toolkv_experiment(h100_llama8b(), systems=systems, log=lambda _: None, **kwargs)
+    assert "after a long tool" not in recorded  # as recorded, no tool runs over 2 s
+    stretched = toolkv_experiment(h100_llama8b(), systems=systems, tool_scales=[20.0], log=lambda _: None, **kwargs)
+    rows = [line for line in stretched.splitlines() if line.startswith("| 2 | kv_aware") and line.count("%") == 6]
+    assert [row.split(" | ")[1] for row in rows] == ["kv_aware", "kv_aware+toolkv"]
+    for row in rows:
+        long_turns, short_turns = (int(cell.split(" / ")[0]) for cell in row.split(" | ")[2:4])
+        assert long_turns > 0
+        assert short_turns > 0

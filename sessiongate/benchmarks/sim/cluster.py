@@ -356,6 +356,8 @@ class _Cluster:
         if context == 0:
             advisory.ready_at = self.loop.now  # nothing to bring: the reservation alone
             return
+        if advisory.action == "retain" and self.tool_kv is not None and self.tool_kv.retain(advisory):
+            return  # `Advisor._prefetch`: a retain that found the KV is all (else it falls back to a prefetch)
         if self.machine is not None:  # the gateway and the worker's HTTP process prepare the prefetch on these cores
             self.machine.charge_front(self.loop.now, self.cal.front_cpu_s_per_advisory)
         result = self.by_id[advisory.worker_id].prefetch(advisory.session_id, advisory.target)

@@ -4,7 +4,8 @@ against SGLang's `cache_aware`, Dynamo's cost, recompute and sticky, on the simu
 For each worker count, tool-time scale and load (closed-loop agents, `long_agent_sessions`: SWE-agent rounds
 stretched to 32k-128k contexts), every system runs the same sessions. Per run: TTFT mean / p99, per-request E2E
 mean / p99, per-session E2E (an agent's whole trajectory, first request to last answer) mean, prompt tokens by
-tier, bytes moved (pool -> host, host -> device) and bytes the wasted advisories loaded, the lifecycle's decisions.
+tier, bytes moved (pool -> host, host -> device) and bytes the wasted advisories loaded, the lifecycle's plans and
+outcomes; and, for kv_aware and ours, TTFT and the prompt's tiers on the turns after a long tool and after a short one.
 Then sessions served at the p99 TTFT bound (`served_at_slo`: the most agents before the first load that misses),
 and the false-hint cost: `kv_aware+toolkv` at `false_load` (default: the most agents) with `false_rate` of its
 hints false against none, throughput as output tokens per second of the run. `toolkv.md` states each of the
@@ -23,6 +24,7 @@ from typing import Any
 
 from sessiongate.benchmarks.metrics import RunSummary, TurnRecord, percentile, served_at_slo, summarize
 from sessiongate.benchmarks.workloads import HintModel
+from sessiongate.gateway.advisor.toolkv import ToolKVPolicy
 
 from .agent_long import closed_loop_users, long_agent_sessions
 from .calibration import Calibration
@@ -41,6 +43,10 @@ TOOLKV_SYSTEMS = (
 )
 OURS = "kv_aware+toolkv"
 BASELINES = ("recompute", "sticky", "cache_aware", "dynamo_cost")
+# A turn comes after a long tool when the tool ran longer than this: the policy's keep threshold (2x the load time
+# once that is longer, above about 119k tokens at the H100 calibration's pool rate; no tool of the trace runs
+# between 2 and 2.2 s, even x20).
+LONG_TOOL_S = ToolKVPolicy().keep_below_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,29 @@ def _session_e2e(records: Sequence[TurnRecord]) -> list[float]:
         first, last = spans.get(r.session_id, (r.sent_s, r.done_s))
         spans[r.session_id] = (min(first, r.sent_s), max(last, r.done_s))
     return [last - first for first, last in spans.values()]
+
+
+def _by_tool_kind(records: Sequence[TurnRecord], gaps: dict[tuple[str, int], float]) -> dict[str, float]:
+    """TTFT mean and where the prompt was found, for the turns after a long tool (over `LONG_TOOL_S`: the policy's
+    keep threshold here) and after a short one: what the lifecycle can change is the first kind's load."""
+    out: dict[str, float] = {}
+    for kind, long in (("long_tool", True), ("short_tool", False)):
+        picked = [
+            r
+            for r in records
+            if r.turn > 0
+            and r.ttft_s is not None
+            and r.error is None
+            and (gaps.get((r.session_id, r.turn), 0.0) > LONG_TOOL_S) == long
+        ]
+        prompt = sum(r.prompt_tokens for r in picked)
+        ttfts = [r.ttft_s for r in picked if r.ttft_s is not None]
+        out[f"{kind}_turns"] = float(len(picked))
+        out[f"{kind}_ttft_mean"] = sum(ttfts) / len(ttfts) if ttfts else math.nan
+        for tier in ("device", "host", "pool"):
+            found = sum(getattr(r, f"cached_{tier}") for r in picked)
+            out[f"{kind}_{tier}_share"] = found / prompt if prompt else math.nan
+    return out
 
 
 def _run(
@@ -88,6 +117,7 @@ def _run(
         label=cal.label,
     )
     spans = _session_e2e(result.records)
+    gaps = {(session.id, k): turn.gap_s for session in pool for k, turn in enumerate(session.turns)}
     kinds = result.advisory_report.get("kinds", {})
     summary.extra.update(
         session_e2e_mean=sum(spans) / len(spans) if spans else math.nan,
@@ -97,6 +127,7 @@ def _run(
         if summary.duration_s
         else math.nan,
         sim_wall_s=wall,
+        **_by_tool_kind(result.records, gaps),
     )
     return summary, wall
 
@@ -170,6 +201,15 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b and not math.isnan(a) and not math.isnan(b) else "-"
 
 
+def _plans(adv: dict[str, int]) -> str:
+    if "keep" not in adv:
+        return "- / - / -"
+    return (
+        f"{adv['keep']} / {adv['offload']} / {adv['keep_then_offload']} "
+        f"({adv['retain_lapsed']}, {adv['retain_fallback']})"
+    )
+
+
 def _markdown(
     runs: Sequence[ToolKVRun],
     false_rows: Sequence[tuple[int, float, RunSummary, RunSummary]],
@@ -191,7 +231,7 @@ def _markdown(
             "",
             "| agents | system | TTFT mean / p99 s | E2E mean / p99 s | session E2E mean s | prompt tokens device / "
             "host / pool / recomputed | bytes pool->host / host->device | wasted bytes | lifecycle keep / offload "
-            "| advisories used / late / wasted |",
+            "/ keep_then_offload (retains lapsed, fell back) | advisories used / late / wasted |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in sorted(summaries, key=lambda s: (s.load, TOOLKV_SYSTEMS.index(s.system))):
@@ -204,7 +244,7 @@ def _markdown(
                 f"{s.e2e.p99:.1f} | {s.extra['session_e2e_mean']:.0f} | {shares} "
                 f"| {_gb(s.bytes_moved.get('pool->host', 0))} / {_gb(s.bytes_moved.get('host->device', 0))} "
                 f"| {_gb(s.extra['wasted_bytes']) if adv else '-'} "
-                f"| {adv.get('keep', '-')} / {adv.get('offload', '-')} "
+                f"| {_plans(adv)} "
                 f"| {adv.get('used', '-')} / {adv.get('late', '-')} / {adv.get('wasted', '-')} |"
             )
         served = served_at_slo(summaries, p99_ttft_s=slo_s)
@@ -214,6 +254,7 @@ def _markdown(
             + ", ".join(f"{system} {served.get(system, 0):g}" for system in TOOLKV_SYSTEMS if system in served),
             "",
         ]
+        lines += _tool_kind_table(summaries)
         verdicts += _verdicts(count, scale, summaries, served)
     if false_rows:
         lines += [
@@ -239,6 +280,30 @@ def _markdown(
         lines.append("")
     lines += ["### The issue's targets, as measured here", "", *verdicts, ""]
     return "\n".join(lines)
+
+
+def _tool_kind_table(summaries: Sequence[RunSummary]) -> list[str]:
+    """kv_aware against ours on the turns after a long tool and after a short one (none when no tool is long)."""
+    rows = [s for s in summaries if s.system in ("kv_aware", OURS) and s.extra.get("long_tool_turns")]
+    if not rows:
+        return []
+    lines = [
+        f"By the tool before the turn (long: over {LONG_TOOL_S:g} s):",
+        "",
+        "| agents | system | after a long tool: turns / TTFT mean s / prompt on device / host / pool "
+        "| after a short tool: turns / TTFT mean s / prompt on device / host / pool |",
+        "|---|---|---|---|",
+    ]
+    for s in sorted(rows, key=lambda s: (s.load, TOOLKV_SYSTEMS.index(s.system))):
+        cells = []
+        for kind in ("long_tool", "short_tool"):
+            x = s.extra
+            cells.append(
+                f"{x[f'{kind}_turns']:.0f} / {x[f'{kind}_ttft_mean']:.3f} / "
+                + " / ".join(f"{x[f'{kind}_{tier}_share']:.0%}" for tier in ("device", "host", "pool"))
+            )
+        lines.append(f"| {s.load:g} | {s.system} | {cells[0]} | {cells[1]} |")
+    return [*lines, ""]
 
 
 def _verdicts(count: int, scale: float, summaries: Sequence[RunSummary], served: dict[str, float]) -> list[str]:
