@@ -2,11 +2,12 @@
 
 On the group commit's SQLite connection SQLAlchemy's execution machinery (execution context, parameter and result
 processing, result objects) cost several times what SQLite itself spends on these small statements, and they run
-for every turn. `execute(conn, statement, params)` runs a statement registered here straight on the driver: the
-SQL, the bind processors (JSON) and the result processors are SQLAlchemy's own, taken from one compilation, so
-rows come back as the same Python values; datetimes are bound in one step that writes the text SQLAlchemy's two
-processors write. Any other connection (PostgreSQL, aiosqlite's in-memory database) or statement takes
-SQLAlchemy's path. The tests of `turns` run both paths (SQLite and PostgreSQL) against the same expectations.
+for every turn. `execute(conn, statement, params)` (its rows) and `count(...)` (the rows it changed) run a statement
+registered here straight on the driver: the SQL, the bind processors (JSON) and the result processors are
+SQLAlchemy's own, taken from one compilation, so rows come back as the same Python values; datetimes are bound in one
+step that writes the text SQLAlchemy's two processors write. Any other connection (PostgreSQL, aiosqlite's in-memory
+database) or statement takes SQLAlchemy's path. The tests of `turns` run both paths (SQLite and PostgreSQL) against
+the same expectations.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from .database import json_dumps, json_loads
 from .models import UTCDateTime
 
-__all__ = ["RawStatement", "execute", "register"]
+__all__ = ["RawStatement", "count", "execute", "register"]
 
 _DIALECT = SQLiteDialect_pysqlite(paramstyle="named", json_serializer=json_dumps, json_deserializer=json_loads)
 
@@ -65,6 +66,13 @@ class RawStatement:
             value = params[name] if name in params else self._defaults[name]
             bound[name] = process(value) if process is not None else value
         return bound
+
+    def count(self, dbapi: sqlite3.Connection, params: Mapping[str, Any]) -> int:
+        cursor = dbapi.execute(self.sql, self.bind(params))
+        try:
+            return cursor.rowcount
+        finally:
+            cursor.close()
 
     def run(self, dbapi: sqlite3.Connection, params: Mapping[str, Any]) -> list[Any]:
         cursor = dbapi.execute(self.sql, self.bind(params))
@@ -106,3 +114,13 @@ def execute(conn: Connection, statement: Executable, params: Mapping[str, Any]) 
             return raw.run(dbapi, params)
     result = conn.execute(statement, params)
     return list(result.all()) if result.returns_rows else []
+
+
+def count(conn: Connection, statement: Executable, params: Mapping[str, Any]) -> int:
+    """The rows a statement without RETURNING changed, on the raw path where it applies."""
+    raw = _REGISTERED.get(id(statement))
+    if raw is not None:
+        dbapi = conn.connection.dbapi_connection
+        if isinstance(dbapi, sqlite3.Connection):
+            return raw.count(dbapi, params)
+    return conn.execute(statement, params).rowcount

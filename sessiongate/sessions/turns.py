@@ -290,7 +290,12 @@ def complete_turn(
 def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any]) -> TurnRecord:
     """`complete_turn` for a turn this store began: its row is not read back, its record is what began it plus
     this end."""
-    recorded = _end_pending(conn, sql.FINISH_BEGUN_TURN, params)
+    if params["p_worker"] is not None and params["p_dispatched_at"] is not None:
+        if not raw.count(conn, sql.FINISH_BEGUN_TURN, params):
+            _raise_not_pending(conn, params["p_turn"])
+        worker, dispatched_at = params["p_worker"], params["p_dispatched_at"]
+    else:  # the row's own, set by `mark_dispatched`, unless this end brings them
+        worker, dispatched_at = _end_pending(conn, sql.FINISH_BEGUN_TURN_READING, params)
     values = known.values
     output = params["p_output_message"]
     turn = _EndedTurn(
@@ -305,16 +310,16 @@ def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any]) -> 
         "p_length": known.length + 1,
     }
     if known.base is None:
-        moved = raw.execute(conn, sql.RESTART_CONTEXT, context)
+        moved = raw.count(conn, sql.RESTART_CONTEXT, context)
     else:
         context["p_base_digest"], context["p_base_length"] = known.base
-        moved = raw.execute(conn, sql.EXTEND_CONTEXT, context)
+        moved = raw.count(conn, sql.EXTEND_CONTEXT, context)
     if not moved:  # the context is no longer the one this turn extends
         _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
     calls = _record_requested_calls(conn, turn, ended_at)
     # The statement's parameters are the columns it set (`p_<column>`); worker and dispatch time as the row kept them.
     ended = {name.removeprefix("p_"): value for name, value in params.items() if name != "p_turn"}
-    ended |= {"status": "ok", "worker": recorded.worker, "dispatched_at": recorded.dispatched_at}
+    ended |= {"status": "ok", "worker": worker, "dispatched_at": dispatched_at}
     return cv.ended_turn_record(values, ended, calls)
 
 

@@ -321,8 +321,9 @@ async def test_a_turn_completed_by_the_store_that_began_it_is_recorded_as_read_b
     assert (turn.input_messages, turn.context_reset) == ([tool("call-1", "found")], False)
 
 
+@pytest.mark.parametrize("end_names_worker", [False, True], ids=["end-without-worker", "end-with-worker"])
 async def test_a_turn_begun_by_another_store_completes_on_the_general_path(
-    store: SqlSessionStore, database_url: URL
+    store: SqlSessionStore, database_url: URL, end_names_worker: bool
 ) -> None:
     other = SqlSessionStore(create_engine(database_url))
     try:
@@ -335,8 +336,13 @@ async def test_a_turn_begun_by_another_store_completes_on_the_general_path(
         assert done == read_back
         context = await store.session_context(session.id, tenant_id="default")
         assert context == [*base, user("q2"), answer("a2")]
-        with pytest.raises(InvalidTransition):  # the store that began it still knows it, and learns it ended
-            await complete(store, turn, answer("again"), 4)
+        # The store that began it still knows it, and learns it ended: whether or not the end reads the row back
+        # (it does not when the end names the worker and the dispatch time).
+        worker = {"worker": "w1", "dispatched_at": at(3.5)} if end_names_worker else {}
+        with pytest.raises(InvalidTransition):
+            await store.complete_turn(
+                turn.id, output_message=answer("again"), finish_reason="stop", model="m", ended_at=at(4), **worker
+            )
         nxt = await begin(store, session.id, [*context, user("q3")], 5)
         assert (nxt.input_messages, nxt.context_reset) == ([user("q3")], False)
     finally:
