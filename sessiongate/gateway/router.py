@@ -21,7 +21,7 @@ from .routing.belief import SessionKV
 from .shared import SharedKV, SharedState, SharedUnavailable
 from .workers import WorkerPool
 
-__all__ = ["Router", "prompt_text"]
+__all__ = ["Router", "prompt_chars", "prompt_text"]
 
 # A rough tokens-per-character ratio for estimating a prompt before any worker tokenises it.
 _CHARS_PER_TOKEN = 4
@@ -39,6 +39,22 @@ def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
             if isinstance(call, dict):
                 parts.append(str(call.get("function", {})))
     return "".join(parts)
+
+
+def prompt_chars(messages: Sequence[Mapping[str, Any]]) -> int:
+    """`len(prompt_text(messages))` without building the text: a long agent conversation is hundreds of kilobytes,
+    copied for every turn only to be counted."""
+    chars = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        text = content if isinstance(content, str) else str(content or "")
+        chars += len(f"<{message.get('role')}>") + len(text)
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict):
+                chars += len(str(call.get("function", {})))
+    return chars
 
 
 class Router:
@@ -76,11 +92,12 @@ class Router:
         reservation: Reservation | None = None,
     ) -> RouteRequest:
         now = self.clock()
-        text = prompt_text(messages)
+        text = prompt_text(messages) if getattr(self.policy, "matches_prompt_text", False) else ""
+        chars = len(text) if text else prompt_chars(messages)
         return RouteRequest(
             session_id=session_id,
             tenant_id=tenant_id,
-            prompt_tokens=max(len(text) // _CHARS_PER_TOKEN, self.belief.context_tokens(session_id)),
+            prompt_tokens=max(chars // _CHARS_PER_TOKEN, self.belief.context_tokens(session_id)),
             prompt_text=text,
             kv=self.belief.residency(session_id, now),
             reservation=reservation,

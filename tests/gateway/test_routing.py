@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import httpx
 import pytest
 
+from sessiongate.gateway.router import Router, prompt_chars, prompt_text
 from sessiongate.gateway.routing import (
     CacheAware,
     CostModel,
@@ -21,6 +23,7 @@ from sessiongate.gateway.routing import (
     make_policy,
     split_prompt,
 )
+from sessiongate.gateway.workers import WorkerPool
 
 A = WorkerView(id="a", url="http://a", in_flight=0)
 B = WorkerView(id="b", url="http://b", in_flight=0)
@@ -213,3 +216,31 @@ def test_belief_of_a_cold_turn_on_a_worker_that_writes_to_the_pool() -> None:
     belief = KVBelief()
     belief.after_turn("s", "a", prompt_tokens=90, completion_tokens=10, details=None, writes_to_pool=True, now=0)
     assert belief.residency("s", now=0).pool == 100
+
+
+# the router's view of a request's prompt
+
+_MESSAGES: list[dict[str, object]] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url"}, "not a part"]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "tool", "content": "found é", "tool_call_id": "c1"},
+    {"role": "assistant", "content": ""},
+    {"role": "user", "content": 42},
+    {"role": "user", "content": {"odd": True}, "tool_calls": ["not a call"]},
+    {"content": "no role"},
+]
+
+
+@pytest.mark.parametrize("upto", range(len(_MESSAGES) + 1))
+def test_prompt_chars_counts_the_prompt_text_without_building_it(upto: int) -> None:
+    assert prompt_chars(_MESSAGES[:upto]) == len(prompt_text(_MESSAGES[:upto]))
+
+
+def test_the_router_builds_the_prompt_text_only_for_a_policy_that_matches_on_it() -> None:
+    pool = WorkerPool((), httpx.AsyncClient(), health_timeout_s=1.0, unhealthy_after=1)
+    by_text = Router(CacheAware(), pool).route_request("s", "t", _MESSAGES)
+    by_cost = Router(KVAware(), pool).route_request("s", "t", _MESSAGES)
+    assert by_text.prompt_text == prompt_text(_MESSAGES)
+    assert by_cost.prompt_text == ""
+    assert by_text.prompt_tokens == by_cost.prompt_tokens == len(prompt_text(_MESSAGES)) // 4

@@ -66,6 +66,7 @@ class _PrefixIndex:
 
 class CacheAware:
     name = "cache_aware"
+    matches_prompt_text = True
 
     def __init__(
         self,

@@ -25,6 +25,9 @@ DEFAULT_RESERVATION_MARGIN_S = 0.25
 
 
 class RoutingPolicy(Protocol):
+    """A routing rule. One that matches on `RouteRequest.prompt_text` says so with a class attribute
+    `matches_prompt_text = True`: the router builds that text (a copy of the whole conversation) only for it."""
+
     name: str
 
     def choose(self, request: RouteRequest, workers: Sequence[WorkerView]) -> WorkerView:
