@@ -59,6 +59,7 @@ class GatewayMetrics:
         # Label children by their values: `labels()` takes a lock and builds a key on every call, per request.
         self._requests_by: dict[tuple[str, int], Counter] = {}
         self._turns_by: dict[tuple[str, str], Counter] = {}
+        self._prompt_by = {s: self.prompt_tokens.labels(s) for s in ("device", "host", "storage", "cached", "computed")}
 
     def count_request(self, route: str, status: int) -> None:
         child = self._requests_by.get((route, status))
@@ -89,12 +90,12 @@ class GatewayMetrics:
             for source in ("device", "host", "storage"):
                 value = details.get(source)
                 if isinstance(value, int) and value > 0:
-                    self.prompt_tokens.labels(source).inc(value)
+                    self._prompt_by[source].inc(value)
                     cached += value
         elif cached_tokens:
-            self.prompt_tokens.labels("cached").inc(cached_tokens)
+            self._prompt_by["cached"].inc(cached_tokens)
             cached = cached_tokens
-        self.prompt_tokens.labels("computed").inc(max(prompt_tokens - cached, 0))
+        self._prompt_by["computed"].inc(max(prompt_tokens - cached, 0))
 
 
 class AdvisoryCollector(Collector):
