@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -87,7 +88,7 @@ class ChatRoute:
         if headers_too_large(scope, self.max_header_bytes):
             await refuse_headers(send_marked, self.max_header_bytes)
             return 431
-        request = Request(scope, limit_body(receive, self.max_body_bytes))
+        request = _ChatRequest(scope, limit_body(receive, self.max_body_bytes))
         try:
             response = await self.handler(request)
             await response(scope, receive, send_marked)
@@ -109,3 +110,38 @@ class ChatRoute:
             if cls in self._error_handlers:
                 return self._error_handlers[cls]
         return None
+
+
+class _ChatRequest(Request):
+    """A `Request` whose headers are looked up in a dict (`_IndexedHeaders`)."""
+
+    @property
+    def headers(self) -> Headers:
+        if not hasattr(self, "_headers"):
+            self._headers = _IndexedHeaders(scope=self.scope)
+        return self._headers
+
+
+class _IndexedHeaders(Headers):
+    """Starlette's `Headers` with a dict for `get`, `[]` and `in`: Starlette's scan the raw list for each lookup, and
+    a missing header (most of the dozen a turn asks for) raises and catches a KeyError. The first of repeated
+    headers wins, as in Starlette's; iteration and `getlist` are Starlette's own."""
+
+    def __init__(self, *, scope: Scope) -> None:
+        super().__init__(scope=scope)
+        self._index: dict[bytes, bytes] = {}
+        for key, value in self.raw:
+            self._index.setdefault(key, value)
+
+    def __getitem__(self, key: str) -> str:
+        value = self._index.get(key.lower().encode("latin-1"))
+        if value is None:
+            raise KeyError(key)
+        return value.decode("latin-1")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self._index.get(key.lower().encode("latin-1"))
+        return default if value is None else value.decode("latin-1")
+
+    def __contains__(self, key: Any) -> bool:
+        return isinstance(key, str) and key.lower().encode("latin-1") in self._index
