@@ -123,6 +123,8 @@ class GatewaySettings(BaseSettings):
     pool_to_device_latency_s: float = _COST.pool_to_device_latency_s
     # How often each worker's load report is read (100-500 ms is the useful range).
     load_poll_interval_s: float = 0.25
+    # How often the advisor fires scheduled advisories and settles expired ones: the timing error of a prefetch.
+    advisor_tick_s: float = 0.05
     # Ageing of the KV belief: device entries older than this are believed demoted to host; host ones, gone.
     kv_device_ttl_s: float = 120.0
     kv_host_ttl_s: float = 1800.0
@@ -226,6 +228,8 @@ class GatewaySettings(BaseSettings):
             raise SettingsError(f"{ENV_PREFIX}ROUTING_POLICY must be one of {', '.join(POLICY_NAMES)}")
         if not 0.01 <= self.load_poll_interval_s <= 60:
             raise SettingsError(f"{ENV_PREFIX}LOAD_POLL_INTERVAL_S must be between 0.01 and 60")
+        if not 0.005 <= self.advisor_tick_s <= 60:
+            raise SettingsError(f"{ENV_PREFIX}ADVISOR_TICK_S must be between 0.005 and 60")
         if self.advisory_tool_result_trigger not in ("first", "last"):
             raise SettingsError(f"{ENV_PREFIX}ADVISORY_TOOL_RESULT_TRIGGER must be 'first' or 'last'")
         rates = (

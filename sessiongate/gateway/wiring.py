@@ -92,7 +92,7 @@ async def start_routing(
         ),
     )
     stack.push_async_callback(advisor.aclose)
-    for loop in (poller.run(), advisor.run()):
+    for loop in (poller.run(), advisor.run(settings.advisor_tick_s)):
         task = asyncio.create_task(loop)
         stack.callback(task.cancel)
     webhook = WebhookVerifier(settings.webhook_secret, shared=shared) if settings.webhook_secret else None

@@ -20,6 +20,7 @@ from sessiongate.gateway.settings import GatewaySettings, SettingsError
         ),
         ("max_body_bytes", "12", "SESSIONGATE_MAX_BODY_BYTES must be at least 1024"),
         ("routing_policy", "random", "SESSIONGATE_ROUTING_POLICY must be one of"),
+        ("advisor_tick_s", "0", "SESSIONGATE_ADVISOR_TICK_S must be between 0.005 and 60"),
     ],
 )
 def test_a_bad_value_is_one_error_naming_the_variable(field: str, value: str, message: str) -> None:
