@@ -114,6 +114,13 @@ def normalise_message(message: Mapping[str, Any]) -> NormalisedMessage:
     Role, content as text, tool calls as (id, name, arguments) and tool_call_id; other keys are ignored,
     and so is the difference between a missing key, None and an empty content or tool call list.
     """
+    role, content = message.get("role"), message.get("content")
+    if type(role) is str and type(content) is str and "tool_calls" not in message and "tool_call_id" not in message:
+        return (role, content, (), None)  # most messages: what `_normalise_any` makes of them, at once
+    return _normalise_any(message)
+
+
+def _normalise_any(message: Mapping[str, Any]) -> NormalisedMessage:
     calls = []
     for call in _tool_calls(message):
         function = call.get("function")
@@ -166,7 +173,9 @@ def extend_digest(digest: str, messages: Iterable[Mapping[str, Any]]) -> str:
     """
     state = bytes.fromhex(digest)
     for message in messages:
-        state = hashlib.sha256(state + _digest_json(normalise_message(message))).digest()
+        step = hashlib.sha256(state)
+        step.update(_digest_json(normalise_message(message)))  # not `state + ...`: a long message is not copied
+        state = step.digest()
     return state.hex()
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from sessiongate.sessions.history import (
     EMPTY_DIGEST,
+    _normalise_any,
     content_text,
     context_digest,
     context_messages,
@@ -196,3 +197,31 @@ def test_tool_results_and_requested_calls() -> None:
     ]
     assert requested_tool_calls(None) == []
     assert requested_tool_calls(assistant("just text")) == []
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": "plain"},
+        {"role": "user", "content": ""},
+        {"role": "", "content": "no role name"},
+        {"role": "user", "content": "extra keys", "name": "bob", "id": 3},
+        {"role": None, "content": "a role that is None"},
+        {"content": "no role"},
+        {"role": "user"},
+        {"role": "user", "content": None},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "u"}}]},
+        {"role": "assistant", "content": "x", "tool_calls": None},
+        {"role": "assistant", "content": "x", "tool_calls": []},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "1"}}],
+        },
+        {"role": "tool", "content": "result", "tool_call_id": "c"},
+        {"role": "tool", "content": "result", "tool_call_id": None},
+        {"role": 7, "content": "a role that is not text"},
+    ],
+)
+def test_the_plain_message_shortcut_normalises_as_the_general_path(message: dict[str, Any]) -> None:
+    assert normalise_message(message) == _normalise_any(message)
