@@ -1,7 +1,8 @@
 """The advisor's tool-call KV lifecycle in the simulated cluster, wired as `Advisor.on_turn_end`, `plan_tool_kv`,
-`_signal`, `tick` and `_retain` wire it (sessiongate/gateway/advisor/service.py), with the gateway's own pure objects:
-`ToolDurations` (the durations the store records, per tenant and tool), `ToolKVPolicy.plan`, `AdvisorBook` (its
-`due` and `lapse`), `HintQuality` and `AdvisoryStats` (whose `tool_kv` counts the plans and events).
+`_signal` and `tick` (sessiongate/gateway/advisor/service.py) and `ToolLifecycle.retain` (tool_lifecycle.py there)
+wire it, with the gateway's own pure objects: `ToolDurations` (the durations the store records, per tenant and
+tool), `ToolKVPolicy.plan`, `AdvisorBook` (its `due` and `lapse`), `HintQuality` and `AdvisoryStats` (whose
+`tool_kv` counts the plans and events).
 
 - A turn ends and the session's next turn is a tool turn: `ToolKVPolicy.plan` from the recorded samples (the
   trace's tools have no names: one tool name per trace) with the session's context (the KV belief's); the plan is
@@ -9,7 +10,7 @@
 - keep and keep_then_offload: the worker that served the session last (where its KV is); a retain advisory, fired
   at once: `SimWorker.retain` there for `retain_s` (the entry outranks unretained ones on that device until then,
   never pinned), ready at once, its reservation keeping the next request there within the policy's margin. If that
-  worker holds none of the KV, a prefetch there instead (`retain_fallback`), as `Advisor._retain` falls back.
+  worker holds none of the KV, a prefetch there instead (`retain_fallback`), as `ToolLifecycle.retain` falls back.
 - keep_then_offload, the session not back when its retain lapses: `AdvisorBook.lapse` turns it into a prefetch
   scheduled for the long kind (`retain_lapsed`), holding no reservation until it fires.
 - offload: nothing is retained; an advisory scheduled `fire_in_s` ahead.
@@ -152,7 +153,7 @@ class SimToolKV:
             c.loop.at(c.loop.now + TICK_S, self._until_lapsed, advisory)
 
     def retain(self, advisory: LiveAdvisory) -> bool:
-        """`Advisor._retain`: keep the KV on the device where it is; False when that worker holds none of it (the
+        """`ToolLifecycle.retain`: keep the KV on the device where it is; False when that worker holds none of it (the
         advisory is then a prefetch there)."""
         c = self.cluster
         now = c.loop.now

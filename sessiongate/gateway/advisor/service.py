@@ -14,14 +14,15 @@ the session's live advisory refreshes or stops the shared one; when the owner's 
 state whether it ended, was extended, or was claimed (then the claimer settled it). Hint quality outcomes go to
 shared lists as well, so the adaptive rule judges a session, tenant or kind by every replica's outcomes. A shared
 state that does not answer leaves each replica with its own book, as with one replica.
+
+Two parts live apart, owned by the advisor: the calls to the shared state (`replicas.SharedAdvisories`), and the
+tool-call KV lifecycle's learnt state and its retain (`tool_lifecycle.ToolLifecycle`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,12 +34,14 @@ from sessiongate.gateway.errors import UpstreamError, WorkerRejected
 from sessiongate.gateway.extension import ExtensionClient
 from sessiongate.gateway.router import Router
 from sessiongate.gateway.routing import Reservation, WorkerView
-from sessiongate.gateway.shared import SharedAdvisory, SharedState, SharedUnavailable
-from sessiongate.sglang_ext.protocol import PrefetchRequest, SessionKVRequest
+from sessiongate.gateway.shared import SharedState
+from sessiongate.sglang_ext.protocol import PrefetchRequest
 
 from .core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
-from .quality import HintQuality
+from .quality import HintQuality, Tier
+from .replicas import SharedAdvisories
 from .stats import AdvisoryStats
+from .tool_lifecycle import ToolLifecycle
 from .toolkv import ResultGaps, ToolDurations, ToolKVDecision, ToolKVPolicy
 
 __all__ = ["Advisor"]
@@ -46,12 +49,6 @@ __all__ = ["Advisor"]
 log = structlog.get_logger(__name__)
 
 _TERMINAL = ("done", "cancelled", "failed", "expired")
-# How long a shared advisory is kept past its expiry, for its owner to find and settle it.
-_KEEP_S = 60.0
-# A time after every expiry: `end_advisory` at it ends an advisory whatever its expiry (a withdrawal).
-_FOREVER = 1e12
-# Sessions remembered between a tool result (or a dropped early prefetch) and their next turn, at most.
-_MAX_PENDING = 100_000
 
 
 def _utcnow() -> datetime:
@@ -89,15 +86,11 @@ class Advisor:
         self.book = AdvisorBook(ttl_s=ttl_s, stop_grace_s=stop_grace_s)
         self.quality = HintQuality()
         self.stats = AdvisoryStats()
-        self.tool_kv = tool_kv or ToolKVPolicy()
+        # The tool-call KV lifecycle: its plans, what it learns between a tool call and the next turn, the retain.
+        self.tools = ToolLifecycle(
+            policy=tool_kv or ToolKVPolicy(), stats=self.stats, extension=extension, cache_salt_for=cache_salt_for
+        )
         self.tool_kv_enabled = tool_kv_enabled
-        self.tool_durations = ToolDurations()
-        # When each session's last tool result was signalled (tenant, clock), until its next turn: `result_gaps`
-        # learns the gaps. And the sessions whose scheduled prefetch a tool result dropped (`early_skipped`):
-        # their next turn was foreseen, not missed.
-        self.result_gaps = ResultGaps()
-        self._result_at: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        self._early_skipped: OrderedDict[str, bool] = OrderedDict()
         self.lead_s = lead_s
         self.tool_result_trigger = tool_result_trigger
         self.poll_interval_s = poll_interval_s
@@ -110,12 +103,24 @@ class Advisor:
         self._missed: list[sessions.MissedTurn] = []
         # One signal at a time per session (see `signal`): the lock, and how many signals hold or await it.
         self._signal_locks: dict[str, tuple[asyncio.Lock, int]] = {}
-        # The replicas' shared state (None with one process), this replica's name in it, and Unix time.
-        self.shared = shared if shared is not None and shared.distributed else None
-        self.replica = replica
+        # The replicas' shared state (None with one process: `shared` is what the chat path checks), and Unix time.
+        self.replicas = SharedAdvisories(shared, replica=replica, unix=unix, quality=self.quality)
+        self.shared = self.replicas.state
         self.unix = unix
-        # Statistics counted since the last tick, added to the replicas' shared counters at the next one.
-        self._counts: dict[str, float] = {}
+
+    # The lifecycle's learnt state, as the advisor's attributes (where tests seed it).
+
+    @property
+    def tool_durations(self) -> ToolDurations:
+        return self.tools.durations
+
+    @property
+    def result_gaps(self) -> ResultGaps:
+        return self.tools.result_gaps
+
+    @result_gaps.setter
+    def result_gaps(self, gaps: ResultGaps) -> None:
+        self.tools.result_gaps = gaps
 
     # background work
 
@@ -126,7 +131,7 @@ class Advisor:
 
     async def aclose(self) -> None:
         await self.flush_missed()
-        await self._flush_counts()
+        await self.replicas.flush_counts()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -138,8 +143,8 @@ class Advisor:
             await asyncio.sleep(interval_s)
 
     def tick(self) -> None:
-        if self._counts:
-            self._spawn(self._flush_counts())
+        if self.replicas.unflushed:
+            self._spawn(self.replicas.flush_counts())
         now = self.clock()
         for advisory in self.book.lapse(now):
             # A keep_then_offload's retain lapsed: the KV is unprotected; its prefetch waits for the long kind.
@@ -157,7 +162,7 @@ class Advisor:
                 self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
 
     async def _lapse_shared(self, advisory: LiveAdvisory) -> None:
-        await self._share_update(advisory, fired=False, ready_at=None, failed=False)
+        await self.replicas.update(advisory, fired=False, ready_at=None, failed=False)
 
     def _home_worker(self, session_id: str) -> WorkerView | None:
         """The routable worker that served the session last (where its KV is), if any."""
@@ -222,7 +227,7 @@ class Advisor:
         decision: ToolKVDecision | None = None,
     ) -> dict[str, Any]:
         self.stats.signal(kind)
-        self._count({f"{kind}:signals": 1})
+        self.replicas.count({f"{kind}:signals": 1})
         now = self.clock()
         if decision is not None:
             expected_in_s = decision.predicted_s
@@ -240,7 +245,9 @@ class Advisor:
             live = None
         # A tool result of a tenant whose next turns follow their results too closely for a prefetch to land (the
         # SDK's flow: post the result, send the turn) starts no prefetch: it would only compete with that turn.
-        lands = kind != "tool_result" or self._early_fire_lands(session_id, tenant_id)
+        lands = kind != "tool_result" or self.tools.early_fire_lands(
+            tenant_id, self.router.belief.context_tokens(session_id)
+        )
         if live is not None and not live.fired:
             # A scheduled advisory (a long tool's prefetch) meets a new signal: a tool result before the predicted
             # return fires it now, at the worker the router picks now (unless it cannot land).
@@ -262,25 +269,25 @@ class Advisor:
             worker = self.router.choose(session_id, tenant_id, reservation=keep)
             if worker is None or worker.id == live.worker_id or not lands:
                 self.book.refresh(session_id, now, fire_in_s=fire_in_s)
-                await self._share_update(live, expires_at=self._to_unix(live.expires_at), stopped=False)
+                await self.replicas.update(live, expires_at=self._to_unix(live.expires_at), stopped=False)
                 return self._answer(live, "refreshed", now)
             # The load moved since the advisory was made: the request would not go to its worker any more.
             self.book.withdraw(session_id)
             log.info("advisory_superseded", advisory_id=live.id, worker=live.worker_id, now_worker=worker.id)
-            if await self._take_back(live):
+            if await self.replicas.take_back(live):
                 self._withdrawn(live, "cancelled")
         elif self.shared is not None:
             refreshed = await self._refresh_elsewhere(session_id, fire_in_s)
             if refreshed is not None:
                 return refreshed
         if not lands:
-            self._early_skipped_for(session_id)
+            self.tools.skipped_early(session_id)
             log.info("advisory_skipped", reason="cannot_land", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "cannot_land"}
         tier = await self._tier(session_id, tenant_id, kind, now)
         if tier == "none":
             self.stats.skipped(kind)
-            self._count({f"{kind}:skipped": 1})
+            self.replicas.count({f"{kind}:skipped": 1})
             log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
             return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
         if decision is not None and decision.action != "offload":
@@ -317,44 +324,26 @@ class Advisor:
             fire_at=now + fire_in_s,
             expires_at=now + ttl_s,
         )
-        if decision is not None and decision.action != "offload":
-            advisory.action, advisory.retain_s = "retain", decision.retain_s
-            if decision.action == "keep_then_offload":
-                advisory.then_fire_at = now + decision.fire_in_s
+        if decision is not None:
+            self.tools.apply(decision, advisory, now)
         self.book.add(advisory)
         to_fire = self.book.due(now)
         if self.shared is not None:  # shared before its prefetch starts, so its updates find it
-            await self._share(advisory)
+            await self.replicas.put(advisory, self._to_unix(advisory.expires_at))
         for each in to_fire:
             self._spawn(self._fire(each))
         log.info("advisory_created", advisory_id=record.id, kind=kind, worker=worker.id, target=tier)
         return self._answer(advisory, "fired" if advisory.fired else "scheduled", now)
-
-    def _early_fire_lands(self, session_id: str, tenant_id: str) -> bool:
-        gap_s = self.result_gaps.median(tenant_id)
-        return self.tool_kv.early_fire_lands(gap_s, self.router.belief.context_tokens(session_id))
 
     async def _skip_early(self, advisory: LiveAdvisory, now: float) -> dict[str, Any]:
         """Drop a scheduled prefetch that a tool result would fire too late to land, as a fire replaces it: the
         advisory is withdrawn (settled cancelled, so no reservation) and the turn's routing counts its own load."""
         self.book.withdraw(advisory.session_id)
         log.info("advisory_early_skipped", advisory_id=advisory.id, kind=advisory.kind, reason="cannot_land")
-        self._early_skipped_for(advisory.session_id)
-        if await self._take_back(advisory):
+        self.tools.skipped_early(advisory.session_id)
+        if await self.replicas.take_back(advisory):
             self._withdrawn(advisory, "cancelled")
         return self._answer(advisory, "skipped", now) | {"reason": "cannot_land", "expires_in_s": 0.0}
-
-    def _early_skipped_for(self, session_id: str) -> None:
-        """A tool result of this session started no prefetch: counted, and its next turn is foreseen, not missed."""
-        self.stats.tool_kv_event("early_skipped")
-        self._remember(self._early_skipped, session_id, True)
-
-    @staticmethod
-    def _remember(pending: OrderedDict[str, Any], session_id: str, value: Any) -> None:
-        pending[session_id] = value
-        pending.move_to_end(session_id)
-        while len(pending) > _MAX_PENDING:  # soft state: the oldest go first
-            pending.popitem(last=False)
 
     async def stopped(self, session_id: str) -> dict[str, Any]:
         now = self.clock()
@@ -363,7 +352,7 @@ class Advisor:
             return await self._stop_elsewhere(session_id)
         if advisory is None:
             return {"object": "advisory", "state": "none"}
-        await self._share_update(advisory, expires_at=self._to_unix(advisory.expires_at), stopped=True)
+        await self.replicas.update(advisory, expires_at=self._to_unix(advisory.expires_at), stopped=True)
         return self._answer(advisory, "stopping", now)
 
     def _answer(self, advisory: LiveAdvisory, state: str, now: float) -> dict[str, Any]:
@@ -382,11 +371,8 @@ class Advisor:
     async def prepare_turn(self, session_id: str) -> None:
         """Replicas only: claim the session's shared advisory into this replica's book (where `reservation` and
         `on_request` find it, as if made here) and take the shared KV belief. Unreachable: the book decides."""
-        if self.shared is None:
-            return
-        try:
-            turn = await self.shared.begin_turn(session_id, self.unix())
-        except SharedUnavailable:
+        turn = await self.replicas.begin_turn(session_id)
+        if turn is None:
             return
         self.router.load_kv(session_id, turn.kv)
         local, record = self.book.live.get(session_id), turn.advisory
@@ -406,21 +392,19 @@ class Advisor:
             self._withdrawn(local, "cancelled")
         if record is None:
             return
-        self.book.add(self._from_shared(record))
+        self.book.add(self.replicas.local(record, self.clock()))
 
     def on_request(self, session_id: str, tenant_id: str, turn_id: str, turn_seq: int, worker_id: str) -> None:
         now = self.clock()
-        if (result := self._result_at.pop(session_id, None)) is not None:
-            self.result_gaps.record(result[0], now - result[1])
-        skipped = self._early_skipped.pop(session_id, False)
+        foreseen = self.tools.turn_began(session_id, now)
         claim = self.book.claim(session_id, worker_id, now)
         if claim is not None:
             self._claims[turn_id] = claim
             self.stats.claimed += 1
-            self._count({"claimed": 1})
-        elif turn_seq > 1 and not skipped:  # a dropped early prefetch's turn was foreseen (settled cancelled)
+            self.replicas.count({"claimed": 1})
+        elif turn_seq > 1 and not foreseen:  # a dropped early prefetch's turn was foreseen (settled cancelled)
             self.stats.missed += 1
-            self._count({"missed": 1})
+            self.replicas.count({"missed": 1})
             self._missed.append(sessions.MissedTurn(session_id, tenant_id, turn_id, self.wall()))
             if len(self._missed) == 1:
                 self._spawn(self._flush_missed_later())
@@ -443,21 +427,18 @@ class Advisor:
 
     def plan_tool_kv(self, session_id: str, tenant_id: str, tool_names: Sequence[str]) -> ToolKVDecision:
         """Keep the session's KV on the device through its tools, or let it go and prefetch it back (toolkv.py)."""
-        context = self.router.belief.context_tokens(session_id)
-        decision = self.tool_kv.plan(self.tool_durations, tenant_id, tool_names, context)
-        self.stats.tool_kv_event(decision.action)
-        return decision
+        return self.tools.plan(tenant_id, tool_names, self.router.belief.context_tokens(session_id))
 
     async def on_tool_result(self, call: sessions.ToolCallRecord, tenant_id: str) -> dict[str, Any] | None:
         """A tool result was posted: learn its duration; advise at the first or the last of the turn's calls."""
         if call.duration_ms is not None:
             self.book.record_tool_duration(call.name, call.duration_ms / 1000)
-            self.tool_durations.record(tenant_id, call.name, call.duration_ms / 1000)
+            self.tools.durations.record(tenant_id, call.name, call.duration_ms / 1000)
         pending = await self.store.pending_tool_calls(call.session_id, tenant_id=tenant_id)
         left = [c for c in pending if c.turn_id == call.turn_id]
         if self.tool_result_trigger == "last" and left:
             return None
-        self._remember(self._result_at, call.session_id, (tenant_id, self.clock()))
+        self.tools.result_posted(call.session_id, tenant_id, self.clock())
         return await self.signal(call.session_id, tenant_id, "tool_result")
 
     # I/O, in background tasks
@@ -477,13 +458,13 @@ class Advisor:
             log.warning("advisory_not_created", kind=kind, error=str(exc))
 
     async def _fire(self, advisory: LiveAdvisory) -> None:
-        if not await self._share_update(advisory, fired=True):
+        if not await self.replicas.update(advisory, fired=True):
             return  # a turn on another replica claimed it before it was due: nothing left to prefetch for
         try:
             await self._prefetch(advisory)
         except (UpstreamError, sessions.StoreError) as exc:
             advisory.failed = True
-            await self._share_update(advisory, failed=True)
+            await self.replicas.update(advisory, failed=True)
             unsupported = isinstance(exc, WorkerRejected) and exc.status_code == 404
             log.info("prefetch_failed", advisory_id=advisory.id, worker=advisory.worker_id, unsupported=unsupported)
 
@@ -492,11 +473,12 @@ class Advisor:
         context = await self.store.session_context(session_id, tenant_id=tenant_id)
         if not context:
             advisory.ready_at = self.clock()  # nothing to bring: the reservation alone
-            await self._share_update(advisory, ready_at=self.unix())
+            await self.replicas.update(advisory, ready_at=self.unix())
             return
         record = await self.store.get_session(session_id, tenant_id=tenant_id)
         tools = await self._last_tools(session_id, tenant_id, record.turn_count)
-        if advisory.action == "retain" and await self._retain(advisory, context, tools, record.priority):
+        if advisory.action == "retain" and await self.tools.retain(advisory, context, tools, record.priority):
+            advisory.ready_at, advisory.bytes_loaded = self.clock(), 0  # ready where it is, nothing loaded
             return
         request = PrefetchRequest(
             session_id=session_id,
@@ -522,7 +504,7 @@ class Advisor:
             if status is None:  # done on arrival: read what it brought
                 status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
             advisory.bytes_loaded = status.bytes_loaded
-            await self._share_update(advisory, ready_at=self._to_unix(ready_at), bytes_loaded=status.bytes_loaded)
+            await self.replicas.update(advisory, ready_at=self._to_unix(ready_at), bytes_loaded=status.bytes_loaded)
             self.stats.prefetch_done(ready_at - sent_at, status.bytes_loaded)
             resident, tier = prefetch_residency(
                 tokens=status.tokens,
@@ -546,31 +528,7 @@ class Advisor:
             )
         elif state in _TERMINAL:
             advisory.failed = True
-            await self._share_update(advisory, failed=True)
-
-    async def _retain(
-        self, advisory: LiveAdvisory, context: list[dict[str, Any]], tools: list[dict[str, Any]] | None, priority: int
-    ) -> bool:
-        """Keep a short tool's KV on the device where it is; False when that worker holds none of it."""
-        request = SessionKVRequest(
-            messages=context,
-            tools=tools,
-            priority=priority + self.tool_kv.retain_priority_boost,
-            ttl_ms=max(int(advisory.retain_s * 1000), 1),
-            cache_salt=self.cache_salt_for(advisory.tenant_id) if self.cache_salt_for else None,
-        )
-        result = await self.extension.session_kv(
-            advisory.worker_id, advisory.worker_url or "", advisory.session_id, "retain", request
-        )
-        advisory.tokens = result.tokens
-        if result.device_tokens + result.host_tokens == 0:
-            log.info("retain_found_nothing", advisory_id=advisory.id, worker=advisory.worker_id)
-            self.stats.tool_kv_event("retain_fallback")
-            advisory.action = "prefetch"
-            return False
-        advisory.ready_at = self.clock()
-        advisory.bytes_loaded = 0
-        return True
+            await self.replicas.update(advisory, failed=True)
 
     async def _last_tools(self, session_id: str, tenant_id: str, turn_count: int) -> list[dict[str, Any]] | None:
         turns = await self.store.list_turns(session_id, tenant_id=tenant_id, after_seq=max(turn_count - 1, 0), limit=1)
@@ -590,9 +548,11 @@ class Advisor:
     ) -> None:
         self.quality.record(advisory.session_id, advisory.tenant_id, advisory.kind, outcome, self.clock())
         if self.shared is not None and outcome in ("used", "late", "wasted"):
-            self._spawn(self._share_outcome(advisory, self.quality.is_wasted(advisory.kind, outcome)))
+            self._spawn(self.replicas.add_outcome(advisory, self.quality.is_wasted(advisory.kind, outcome)))
         self.stats.settled(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
-        self._count(AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded))
+        self.replicas.count(
+            AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
+        )
         log.info("advisory_settled", advisory_id=advisory.id, kind=advisory.kind, outcome=outcome)
         self._spawn(self._resolve(advisory.id, outcome, turn_id))
 
@@ -622,112 +582,30 @@ class Advisor:
     def _to_unix(self, monotonic: float) -> float:
         return monotonic - self.clock() + self.unix()
 
-    def _from_shared(self, record: SharedAdvisory) -> LiveAdvisory:
-        """Another replica's advisory, claimed by a turn here, on this process's clock."""
-        offset = self.clock() - self.unix()
-        return LiveAdvisory(
-            id=record.id,
-            session_id=record.session_id,
-            tenant_id=record.tenant_id,
-            kind=record.kind,
-            worker_id=record.worker_id,
-            worker_url=record.worker_url,
-            target=record.target,
-            created_at=self.clock(),
-            fire_at=self.clock(),
-            expires_at=record.expires_at + offset,
-            fired=record.fired,
-            ready_at=None if record.ready_at is None else record.ready_at + offset,
-            failed=record.failed,
-            stopped=record.stopped,
-            bytes_loaded=record.bytes_loaded,
-        )
-
-    async def _share(self, advisory: LiveAdvisory) -> None:
-        assert self.shared is not None
-        record = SharedAdvisory(
-            id=advisory.id,
-            session_id=advisory.session_id,
-            tenant_id=advisory.tenant_id,
-            kind=advisory.kind,
-            worker_id=advisory.worker_id,
-            worker_url=advisory.worker_url or "",
-            target=advisory.target,
-            owner=self.replica,
-            expires_at=self._to_unix(advisory.expires_at),
-            fired=advisory.fired,
-            failed=advisory.failed,
-        )
-        try:
-            await self.shared.put_advisory(record, keep_s=_KEEP_S)
-        except SharedUnavailable:
-            return  # this replica's alone: only a turn here can claim it
-        advisory.shared = True
-
-    async def _share_update(self, advisory: LiveAdvisory, **changes: Any) -> bool:
-        """Write changes of a shared advisory; False only when the shared state no longer holds it (claimed or
-        replaced through another replica)."""
-        if self.shared is None or not advisory.shared:
-            return True
-        try:
-            return await self.shared.update_advisory(advisory.session_id, advisory.id, _KEEP_S, **changes)
-        except SharedUnavailable:
-            return True  # a turn on another replica judges the advisory by what it last found there
-
-    async def _take_back(self, advisory: LiveAdvisory) -> bool:
-        """Remove a superseded advisory from the shared state before settling it here; False when a turn on
-        another replica claimed it first (that replica settles it)."""
-        if self.shared is None or not advisory.shared:
-            return True
-        try:
-            state, _ = await self.shared.end_advisory(advisory.session_id, advisory.id, _FOREVER)
-        except SharedUnavailable:
-            return True
-        return state != "gone"
-
     async def _refresh_elsewhere(self, session_id: str, fire_in_s: float) -> dict[str, Any] | None:
         """A signal for a session whose live advisory another replica owns: extend that one (debounce across
         replicas) instead of starting a second prefetch. None when there is none (or the shared state is down)."""
-        assert self.shared is not None
-        unix = self.unix()
-        try:
-            record = await self.shared.get_advisory(session_id)
-            if record is None or record.expires_at <= unix:
-                return None
-            expires_at = max(record.expires_at, unix + fire_in_s + self.book.ttl_s)
-            if not await self.shared.update_advisory(
-                session_id, record.id, _KEEP_S, expires_at=expires_at, stopped=False
-            ):
-                return None
-        except SharedUnavailable:
+        found = await self.replicas.extend(session_id, fire_in_s, self.book.ttl_s)
+        if found is None:
             return None
-        return self._answer(self._from_shared(record), "refreshed", self.clock()) | {
-            "expires_in_s": round(expires_at - unix, 3)
+        record, expires_in_s = found
+        return self._answer(self.replicas.local(record, self.clock()), "refreshed", self.clock()) | {
+            "expires_in_s": round(expires_in_s, 3)
         }
 
     async def _stop_elsewhere(self, session_id: str) -> dict[str, Any]:
-        assert self.shared is not None
-        unix = self.unix()
-        try:
-            record = await self.shared.get_advisory(session_id)
-            if record is None or record.expires_at <= unix:
-                return {"object": "advisory", "state": "none"}
-            expires_at = min(record.expires_at, unix + self.book.stop_grace_s)
-            await self.shared.update_advisory(session_id, record.id, _KEEP_S, expires_at=expires_at, stopped=True)
-        except SharedUnavailable:
+        found = await self.replicas.stop(session_id, self.book.stop_grace_s)
+        if found is None:
             return {"object": "advisory", "state": "none"}
-        return self._answer(self._from_shared(record), "stopping", self.clock()) | {
-            "expires_in_s": round(expires_at - unix, 3)
+        record, expires_in_s = found
+        return self._answer(self.replicas.local(record, self.clock()), "stopping", self.clock()) | {
+            "expires_in_s": round(expires_in_s, 3)
         }
 
     async def _end_shared(self, advisory: LiveAdvisory) -> None:
         """This replica's copy of a shared advisory expired: settle it unless a turn claimed it (anywhere) or a
         signal on another replica extended it."""
-        assert self.shared is not None
-        try:
-            state, record = await self.shared.end_advisory(advisory.session_id, advisory.id, self.unix())
-        except SharedUnavailable:
-            state, record = "ended", None
+        state, record = await self.replicas.end(advisory)
         if state == "gone":
             log.info("advisory_claimed_elsewhere", advisory_id=advisory.id)
             return
@@ -739,48 +617,15 @@ class Advisor:
             return
         self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
 
-    async def _tier(self, session_id: str, tenant_id: str, kind: str, now: float) -> str:
+    async def _tier(self, session_id: str, tenant_id: str, kind: str, now: float) -> Tier:
         """The adaptive rule's tier, by every replica's outcomes when they are shared (else this one's)."""
-        if self.shared is not None:
-            keys = [f"{a}:{b}" for a, b in self.quality.keys(session_id, tenant_id, kind)]
-            try:
-                return self.quality.tier_of(await self.shared.samples(keys), self.unix())
-            except SharedUnavailable:
-                pass
-        return self.quality.tier(session_id, tenant_id, kind, now)
-
-    async def _share_outcome(self, advisory: LiveAdvisory, wasted: bool) -> None:
-        assert self.shared is not None
-        keys = [f"{a}:{b}" for a, b in self.quality.keys(advisory.session_id, advisory.tenant_id, advisory.kind)]
-        with contextlib.suppress(SharedUnavailable):
-            await self.shared.add_sample(
-                keys, (self.unix(), wasted), max_len=self.quality.max_samples, ttl_s=self.quality.window_s
-            )
-
-    def _count(self, counts: dict[str, float]) -> None:
-        if self.shared is None:
-            return
-        for name, by in counts.items():
-            self._counts[name] = self._counts.get(name, 0) + by
-
-    async def _flush_counts(self) -> None:
-        counts, self._counts = self._counts, {}
-        if self.shared is None or not counts:
-            return
-        with contextlib.suppress(SharedUnavailable):  # statistics: a batch lost to an outage is not retried
-            await self.shared.incr("advisories", counts)
+        tier = await self.replicas.tier(session_id, tenant_id, kind)
+        return self.quality.tier(session_id, tenant_id, kind, now) if tier is None else tier
 
     async def report(self) -> dict[str, Any]:
         """The advisory statistics: every replica's together when they share state (else, or while the shared
         state does not answer, this replica's), with the scope they cover."""
-        if self.shared is not None:
-            try:
-                counters = await self.shared.counters("advisories")
-            except SharedUnavailable:
-                pass
-            else:
-                # This replica's counts not yet flushed belong in it too.
-                for name, by in self._counts.items():
-                    counters[name] = counters.get(name, 0) + by
-                return AdvisoryStats.from_counters(counters).report() | {"scope": "replicas"}
+        counters = await self.replicas.counters()
+        if counters is not None:
+            return AdvisoryStats.from_counters(counters).report() | {"scope": "replicas"}
         return self.stats.report() | {"scope": "replica"}
