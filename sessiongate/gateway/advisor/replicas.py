@@ -1,9 +1,10 @@
 """The advisor's side of the replicas' shared state (`gateway.shared`): its live advisories there, the hint quality
 samples every replica adds to, and the statistics counters they add up; all times here are Unix times.
 
-`Advisor` owns one `SharedAdvisories` whatever the deployment. With one process (`state` None) each call is a
-no-op, or answers as the book alone would; a shared state that does not answer (`SharedUnavailable`) is treated
-the same way, so each replica goes on with its own book. What the advisor asks of it:
+`Advisor` owns one `SharedAdvisories` whatever the deployment. With one process (`state` None) the calls on the
+advisor's common paths (`update`, `take_back`, `begin_turn`, `tier`, `count`, `flush_counts`, `counters`) are
+no-ops or answer "nothing shared", and the rest are not called. A shared state that does not answer
+(`SharedUnavailable`) is treated the same way, so each replica goes on with its own book. What the advisor asks:
 
 - an advisory made here (this replica its owner): `put`, then `update` as its prefetch fires, finishes or fails
   (False: a turn on another replica claimed it), `take_back` when a later signal supersedes it, and `end` when
