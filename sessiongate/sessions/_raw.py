@@ -2,12 +2,12 @@
 
 On the group commit's SQLite connection SQLAlchemy's execution machinery (execution context, parameter and result
 processing, result objects) cost several times what SQLite itself spends on these small statements, and they run
-for every turn. `execute(conn, statement, params)` (its rows) and `count(...)` (the rows it changed) run a statement
-registered here straight on the driver: the SQL, the bind processors (JSON) and the result processors are
-SQLAlchemy's own, taken from one compilation, so rows come back as the same Python values; datetimes are bound in one
-step that writes the text SQLAlchemy's two processors write. Any other connection (PostgreSQL, aiosqlite's in-memory
-database) or statement takes SQLAlchemy's path. The tests of `turns` run both paths (SQLite and PostgreSQL) against
-the same expectations.
+for every turn. `execute(conn, statement, params)` (its rows), `count(...)` (the rows it changed) and
+`execute_many(...)` (one statement over many rows) run a statement registered here straight on the driver: the SQL,
+the bind processors (JSON) and the result processors are SQLAlchemy's own, taken from one compilation, so rows come
+back as the same Python values; datetimes are bound in one step that writes the text SQLAlchemy's two processors
+write. Any other connection (PostgreSQL, aiosqlite's in-memory database) or statement takes SQLAlchemy's path. The
+tests of `turns` run both paths (SQLite and PostgreSQL) against the same expectations.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from .database import json_dumps, json_loads
 from .models import UTCDateTime
 
-__all__ = ["RawStatement", "count", "execute", "register"]
+__all__ = ["RawStatement", "count", "execute", "execute_many", "register"]
 
 _DIALECT = SQLiteDialect_pysqlite(paramstyle="named", json_serializer=json_dumps, json_deserializer=json_loads)
 
@@ -126,3 +126,14 @@ def count(conn: Connection, statement: Executable, params: Mapping[str, Any]) ->
         if isinstance(dbapi, sqlite3.Connection):
             return raw.count(dbapi, params)
     return conn.execute(statement, params).rowcount
+
+
+def execute_many(conn: Connection, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A statement without results, once per row, on the raw path where it applies (one `executemany`)."""
+    raw = _REGISTERED.get(id(statement))
+    if raw is not None:
+        dbapi = conn.connection.dbapi_connection
+        if isinstance(dbapi, sqlite3.Connection):
+            dbapi.executemany(raw.sql, [raw.bind(row) for row in rows])
+            return
+    conn.execute(statement, list(rows))

@@ -32,6 +32,7 @@ __all__ = [
     "FINISH_BEGUN_TURN_READING",
     "INSERTS",
     "INSERT_ADVISORY",
+    "INSERT_MISSED",
     "INSERT_TURN",
     "MARK_DISPATCHED",
     "PENDING_TOOL_CALLS",
@@ -68,6 +69,7 @@ SESSION_OWNER = select(Session.tenant_id, Session.state).where(Session.id == bin
 SESSION_OWNERS = select(Session.id, Session.tenant_id).where(Session.id.in_(bindparam("p_sessions", expanding=True)))
 INSERT_TURN = insert(Turn)
 INSERT_ADVISORY = insert(Advisory)
+INSERT_MISSED = insert(Advisory)  # a "missed" record per turn without a signal: registered for the raw path below
 ADVISORY_COLUMNS = tuple(Advisory.__mapper__.column_attrs)
 PENDING_TOOL_CALLS = (
     select(ToolCall.id, ToolCall.call_id, ToolCall.requested_at)
@@ -236,5 +238,20 @@ register(
         "received_at",
         "gateway_instance",
         "gateway_run",
+    ),
+)
+register(
+    INSERT_MISSED,
+    column_keys=(
+        "id",
+        "session_id",
+        "kind",
+        "target_worker",
+        "created_at",
+        "expires_at",
+        "outcome",
+        "resolved_at",
+        "turn_id",
+        "detail",
     ),
 )

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from . import _convert as cv
+from . import _raw as raw
 from . import _statements as sql
 from .errors import SessionNotFound
 from .models import Advisory
@@ -91,5 +92,5 @@ def insert_missed(conn: Connection, missed: Sequence[MissedTurn]) -> int:
     owners = {row.id: row.tenant_id for row in conn.execute(sql.SESSION_OWNERS, {"p_sessions": ids})}
     rows = [_missed_row(m) for m in missed if owners.get(m.session_id) == m.tenant_id]
     if rows:
-        conn.execute(sql.INSERT_ADVISORY, rows)
+        raw.execute_many(conn, sql.INSERT_MISSED, rows)
     return len(rows)

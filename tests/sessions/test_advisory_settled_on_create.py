@@ -68,5 +68,6 @@ async def test_missed_turns_are_recorded_together_and_gone_sessions_skipped(stor
     assert await store.record_missed_turns([]) == 0
     (record,) = await store.list_advisories(kept.id, tenant_id="default")
     assert (record.kind, record.outcome, record.resolved_at) == ("none", "missed", T0)
+    assert (record.created_at, record.expires_at, record.target_worker, record.detail) == (T0, T0, None, None)
     assert record.turn_id == turns[kept.id].id
     assert await store.list_advisories(foreign.id, tenant_id="other") == []
