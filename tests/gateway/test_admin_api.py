@@ -196,7 +196,13 @@ async def test_advisory_statistics_per_kind(gw: Gateway) -> None:
     # worker look busy, and the pool copy, which the belief now knows of, makes the other one nearly as cheap.
     await asyncio.sleep(0.1)
     await gw.client.post("/v1/sessions/stats/typing", json={"state": "started"}, headers=CLIENT)
-    await asyncio.sleep(0.1)
+    # The turn comes once the prefetch has landed (it counts as used then), however busy the machine is.
+    advisor = gw.state.advisor
+    for _ in range(200):
+        live = advisor.book.get("stats", advisor.clock())
+        if live is not None and live.ready_at is not None:
+            break
+        await asyncio.sleep(0.025)
     second = await _turn(gw, "stats", [USER, first["choices"][0]["message"], {"role": "user", "content": "more"}])
     await _turn(
         gw,
