@@ -97,16 +97,6 @@ def test_stop_shortens_to_the_grace_and_ends_cancelled() -> None:
     assert book.stop("s", 4.0) is None
 
 
-def test_expected_tool_duration_is_the_slowest_median() -> None:
-    book = AdvisorBook()
-    assert book.expected_tool_s(["search"]) is None
-    for seconds in (1.0, 2.0, 9.0):
-        book.record_tool_duration("search", seconds)
-    book.record_tool_duration("fetch", 5.0)
-    assert book.expected_tool_s(["search"]) == 2.0
-    assert book.expected_tool_s(["search", "fetch", "unknown"]) == 5.0
-
-
 def test_mostly_wasted_hints_get_host_tier_then_none_then_recover() -> None:
     quality = HintQuality(window_s=100.0, min_samples=4)
     assert quality.tier("s", "t", "typing", 0.0) == "device"

@@ -23,8 +23,6 @@ tests drive it with a fake one.
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,7 +99,6 @@ class AdvisorBook:
     ttl_s: float = 30.0
     stop_grace_s: float = 3.0
     live: dict[str, LiveAdvisory] = field(default_factory=dict)
-    _durations: dict[str, deque[float]] = field(default_factory=dict)
 
     def get(self, session_id: str, now: float) -> LiveAdvisory | None:
         advisory = self.live.get(session_id)
@@ -185,13 +182,3 @@ class AdvisorBook:
             advisory.fired, advisory.ready_at, advisory.failed = False, None, False
             advisory.prefetch_id, advisory.bytes_loaded = None, None
         return lapsed
-
-    # tool durations
-
-    def record_tool_duration(self, name: str, duration_s: float) -> None:
-        self._durations.setdefault(name, deque(maxlen=50)).append(duration_s)
-
-    def expected_tool_s(self, names: list[str]) -> float | None:
-        """Median recorded duration of the slowest of these tools (calls of one turn run side by side)."""
-        medians = [statistics.median(d) for n in names if (d := self._durations.get(n))]
-        return max(medians) if medians else None

@@ -432,7 +432,6 @@ class Advisor:
     async def on_tool_result(self, call: sessions.ToolCallRecord, tenant_id: str) -> dict[str, Any] | None:
         """A tool result was posted: learn its duration; advise at the first or the last of the turn's calls."""
         if call.duration_ms is not None:
-            self.book.record_tool_duration(call.name, call.duration_ms / 1000)
             self.tools.durations.record(tenant_id, call.name, call.duration_ms / 1000)
         pending = await self.store.pending_tool_calls(call.session_id, tenant_id=tenant_id)
         left = [c for c in pending if c.turn_id == call.turn_id]
