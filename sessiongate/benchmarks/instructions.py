@@ -40,9 +40,8 @@ from typing import Any
 
 import orjson
 
-from sessiongate.sdk._sse import parse_events
-
 from .processes import FakeWorkerProcess
+from .router_overhead import streamed_content
 
 __all__ = ["SYSTEMS", "main", "serve_turns"]
 
@@ -231,14 +230,10 @@ async def _call(app: Any, state: dict[str, Any], body: bytes, session_id: str) -
 
 def _streamed_text(payload: bytes) -> str | None:
     """The streamed answer's text; None for a stream that did not end with [DONE] (an error event)."""
-    events = parse_events(payload)
-    if not events or not events[-1].done:
+    try:
+        return streamed_content(payload)
+    except ValueError:
         return None
-    parts = []
-    for event in events[:-1]:
-        for choice in event.json().get("choices") or ():
-            parts.append((choice.get("delta") or {}).get("content") or "")
-    return "".join(parts)
 
 
 # the outer process: valgrind runs the inner one

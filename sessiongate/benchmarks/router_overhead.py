@@ -57,7 +57,7 @@ from .processes import (
     smg_installed,
 )
 
-__all__ = ["BenchConfig", "main", "markdown", "run_benchmark"]
+__all__ = ["BenchConfig", "main", "markdown", "run_benchmark", "streamed_content"]
 
 DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER = "direct", "sessiongate", "smg", "sglang-router"
 PYTHON_FLOOR = "python-floor"
@@ -139,7 +139,7 @@ class Conversation:
         self.messages.pop()  # the unanswered user message; the next request asks again
 
 
-def _streamed_content(payload: bytes) -> str:
+def streamed_content(payload: bytes) -> str:
     parts: list[str] = []
     events = parse_events(payload)
     if not events or not events[-1].done:
@@ -161,7 +161,7 @@ async def _request(
             elapsed = time.perf_counter() - started
             if response.status != 200:
                 raise RuntimeError(f"HTTP {response.status} {payload[:200].decode(errors='replace')}")
-        content = _streamed_content(payload) if stream else orjson.loads(payload)["choices"][0]["message"]["content"]
+        content = streamed_content(payload) if stream else orjson.loads(payload)["choices"][0]["message"]["content"]
     except BaseException:
         conversation.failed()
         raise

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from .routing import KVBelief, Reservation, RouteRequest, RoutingPolicy, WorkerView
@@ -29,32 +29,26 @@ _CHARS_PER_TOKEN = 4
 
 def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The request's messages as one string: what cache_aware matches and the token estimate counts."""
-    parts: list[str] = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        parts.append(f"<{message.get('role')}>{content or ''}")
-        for call in message.get("tool_calls") or ():
-            if isinstance(call, dict):
-                parts.append(str(call.get("function", {})))
-    return "".join(parts)
+    return "".join(_prompt_parts(messages))
 
 
 def prompt_chars(messages: Sequence[Mapping[str, Any]]) -> int:
     """`len(prompt_text(messages))` without building the text: a long agent conversation is hundreds of kilobytes,
     copied for every turn only to be counted."""
-    chars = 0
+    return sum(map(len, _prompt_parts(messages)))
+
+
+def _prompt_parts(messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+    """The pieces `prompt_text` joins; a message's text content is yielded as it is, not copied."""
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
             content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        text = content if isinstance(content, str) else str(content or "")
-        chars += len(f"<{message.get('role')}>") + len(text)
+        yield f"<{message.get('role')}>"
+        yield content if isinstance(content, str) else str(content or "")
         for call in message.get("tool_calls") or ():
             if isinstance(call, dict):
-                chars += len(str(call.get("function", {})))
-    return chars
+                yield str(call.get("function", {}))
 
 
 class Router:

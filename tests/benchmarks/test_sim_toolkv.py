@@ -45,14 +45,7 @@ def test_short_tools_are_kept_and_long_ones_offloaded_with_a_prefetch_that_lands
     assert short.advisories["used"] == 6
 
     # 30 s tools: the first three are predicted at the default (2 s: kept), then p75 of the recorded 30 s.
-    fired: list[float] = []
-    original = SimWorker.prefetch
-
-    def prefetch(worker: SimWorker, session_id: str, target: str) -> PrefetchResult:
-        fired.append(worker.loop.now)
-        return original(worker, session_id, target)
-
-    monkeypatch.setattr(SimWorker, "prefetch", prefetch)
+    fired = _prefetch_times(monkeypatch)
     long = simulate("kv_aware+toolkv", [_tool_session("L", 0.0, 30.0, 6)], SIMPLE, workers=2)
     assert (long.advisories["keep"], long.advisories["offload"]) == (3, 3)
     assert (long.advisories["used"], long.advisories["late"], long.advisories["wasted"]) == (6, 0, 0)
