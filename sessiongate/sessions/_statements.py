@@ -24,6 +24,7 @@ from .models import Advisory, NullableJSON, Session, Tenant, ToolCall, Turn, UTC
 
 __all__ = [
     "ADVISORY_COLUMNS",
+    "CLAIM_KNOWN_SEQ",
     "CLAIM_SEQ",
     "COMPLETE_TURN",
     "EXTEND_CONTEXT",
@@ -64,6 +65,20 @@ CLAIM_SEQ = (
     )
     .values({Session.turn_count: Session.turn_count + 1, Session.last_active_at: later(Session.last_active_at, _AT)})
     .returning(Session.turn_count, Session.context_digest, Session.context_length, Session.priority)
+)
+# The same claim when this store knows the row (`turns.StoreMemory`): every value the claim returns is checked.
+CLAIM_KNOWN_SEQ = (
+    update(Session)
+    .where(
+        Session.id == bindparam("p_session"),
+        Session.tenant_id == bindparam("p_tenant"),
+        Session.state == "active",
+        Session.turn_count == bindparam("p_turn_count"),
+        Session.context_digest == bindparam("p_digest"),
+        Session.context_length == bindparam("p_length"),
+        Session.priority == bindparam("p_priority"),
+    )
+    .values({Session.turn_count: Session.turn_count + 1, Session.last_active_at: later(Session.last_active_at, _AT)})
 )
 SESSION_OWNER = select(Session.tenant_id, Session.state).where(Session.id == bindparam("p_session"))
 SESSION_OWNERS = select(Session.id, Session.tenant_id).where(Session.id.in_(bindparam("p_sessions", expanding=True)))
@@ -156,7 +171,7 @@ SET_CONTEXT = (
     )
 )
 
-# The end of a turn that this process began (`turns.BegunTurns`): the turn's row is not read back, and the session's
+# The end of a turn that this process began (`turns.StoreMemory`): the turn's row is not read back, and the session's
 # context is moved only if it is still the one the turn extends (or, for a turn that resets it, if no later turn
 # has been folded in); otherwise the turn takes the general path (TOUCH_SESSION, then its fold).
 # SQLite runs a statement's RETURNING through a temporary table: ~4 us of its ~8 us for these small UPDATEs. So the
@@ -213,6 +228,7 @@ INSERTS: Mapping[str, Inserts] = MappingProxyType(
 
 # The per-turn statements also run on the raw sqlite3 path of the group commit (`_raw`).
 for _statement in (
+    CLAIM_KNOWN_SEQ,
     CLAIM_SEQ,
     MARK_DISPATCHED,
     COMPLETE_TURN,

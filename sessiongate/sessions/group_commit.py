@@ -10,9 +10,10 @@ the commit that holds its job.
 
 A job that raises has its own writes undone (the batch runs again, each job in a savepoint of its own) and its
 caller gets the error; the others commit. Jobs must therefore not mind running twice: their writes are undone in
-between, and what they keep in memory must stay right (a store's `BegunTurns` entry lost that way only sends its
-turn down the general path). A commit that fails fails every job of the batch. A caller cancelled while its job is
-queued or running still waits for the job's end (it may have committed), as a caller of a plain transaction would.
+between, and what they keep in memory must stay right (a store's `StoreMemory` entry lost or made stale that way
+only sends its turn down the general path). A commit that fails fails every job of the batch. A caller cancelled
+while its job is queued or running still waits for the job's end (it may have committed), as a caller of a plain
+transaction would.
 """
 
 from __future__ import annotations

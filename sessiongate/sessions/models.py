@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -153,9 +154,17 @@ class Session(Base):
     )
 
 
+_PENDING = text("status = 'pending'")
+
+
 class Turn(Base):
     __tablename__ = "turns"
-    __table_args__ = (UniqueConstraint("session_id", "seq"), Index(None, "status", "received_at"))
+    __table_args__ = (
+        UniqueConstraint("session_id", "seq"),
+        # The turns still pending, by arrival (what `fail_pending_turns` looks for). Partial: a turn enters it when
+        # it begins and leaves when it ends, so the index holds the turns in flight, not every turn ever served.
+        Index("ix_turns_pending_received_at", "received_at", sqlite_where=_PENDING, postgresql_where=_PENDING),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id", ondelete="CASCADE"))

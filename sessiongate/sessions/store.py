@@ -68,7 +68,7 @@ class SqlSessionStore:
         self._engine = engine
         self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         self._clock = clock
-        self._begun = turns.BegunTurns()
+        self._memory = turns.StoreMemory()
         # SQLite admits one writer at a time and makes the others poll with growing sleeps until its busy timeout,
         # which under a few dozen concurrent turns gives long tails and then "database is locked". Queueing this
         # process's writers on a lock instead hands the file over in order and at once; readers never wait (WAL).
@@ -303,7 +303,7 @@ class SqlSessionStore:
             clock=self._clock,
             gateway_instance=gateway_instance,
             gateway_run=gateway_run,
-            begun=self._begun,
+            memory=self._memory,
         )
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
@@ -336,7 +336,7 @@ class SqlSessionStore:
             ended_at=cv.aware(ended_at, "ended_at"),
             worker=worker,
             dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
-            begun=self._begun,
+            memory=self._memory,
         )
 
     async def fail_turn(
@@ -363,7 +363,7 @@ class SqlSessionStore:
             first_token_at=cv.aware_or_none(first_token_at, "first_token_at"),
             worker=worker,
             dispatched_at=cv.aware_or_none(dispatched_at, "dispatched_at"),
-            begun=self._begun,
+            memory=self._memory,
         )
 
     async def list_turns(

@@ -15,10 +15,12 @@ and folds the ok turn into the digest when it is newer than every turn already f
 out of seq order (another request of the session overtook it) rebuilds the digest from the turns instead. So the
 digest always describes `history.context_messages` of the session's ok turns, as `session_context` reads them.
 
-A store keeps `BegunTurns`: what it knows of the turns it began and has not ended. Completing one of those reads
+A store keeps `StoreMemory`: what it knows from its own writes. Completing a turn it began and has not ended reads
 nothing back: its record is built from what began it, and the session's context moves in one conditional UPDATE
 when it is still the context the turn extends (the usual case); when it is not (another request of the session,
-possibly on another replica, ended meanwhile), or when the turn is not known here, the general path runs.
+possibly on another replica, ended meanwhile), or when the turn is not known here, the general path runs. Likewise
+a turn of a session whose row this store's last write left claims its seq with one UPDATE that checks the row is
+still as remembered, instead of one that returns the row.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from sqlalchemy import Connection, Row, Select, func, select, update
+from sqlalchemy import Connection, Row, Select, func, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 from sqlalchemy.sql.dml import Update
@@ -44,7 +46,7 @@ from .models import Advisory, Session, ToolCall, Turn
 from .records import TurnAdvisory, TurnRecord
 
 __all__ = [
-    "BegunTurns",
+    "StoreMemory",
     "begin_turn",
     "complete_turn",
     "context_turns",
@@ -96,21 +98,50 @@ class _Begun:
     length: int
 
 
-class BegunTurns:
-    """The turns this store began and has not ended, newest last (soft state: an evicted turn takes the general
-    path when it ends)."""
+@dataclass(frozen=True, slots=True)
+class _Claimed:
+    """A session's row as this store's last write left it: what CLAIM_SEQ would return, before its increment."""
 
-    def __init__(self, max_turns: int = 10_000) -> None:
+    turn_count: int
+    digest: str
+    length: int
+    priority: int
+
+
+class StoreMemory:
+    """What this store knows from its own writes, newest last: the turns it began and has not ended, and the
+    sessions' rows as its last turns left them. Soft state: what is evicted, or made wrong by another writer, costs
+    only the general path (each use is checked by the statement that relies on it)."""
+
+    def __init__(self, max_entries: int = 10_000) -> None:
         self._turns: OrderedDict[str, _Begun] = OrderedDict()
-        self._max_turns = max_turns
+        self._sessions: OrderedDict[str, _Claimed] = OrderedDict()
+        self._max_entries = max_entries
 
     def add(self, turn_id: str, begun: _Begun) -> None:
         self._turns[turn_id] = begun
-        while len(self._turns) > self._max_turns:
+        while len(self._turns) > self._max_entries:
             self._turns.popitem(last=False)
 
     def pop(self, turn_id: str) -> _Begun | None:
         return self._turns.pop(turn_id, None)
+
+    def session(self, session_id: str) -> _Claimed | None:
+        return self._sessions.get(session_id)
+
+    def remember_session(self, session_id: str, claimed: _Claimed) -> None:
+        self._sessions.pop(session_id, None)
+        self._sessions[session_id] = claimed
+        while len(self._sessions) > self._max_entries:
+            self._sessions.popitem(last=False)
+
+    def move_context(self, session_id: str, digest: str, length: int) -> None:
+        known = self._sessions.get(session_id)
+        if known is not None:
+            self._sessions[session_id] = _Claimed(known.turn_count, digest, length, known.priority)
+
+    def forget_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
 
 
 def begin_turn(
@@ -125,11 +156,11 @@ def begin_turn(
     clock: Callable[[], datetime],
     gateway_instance: str | None = None,
     gateway_run: str | None = None,
-    begun: BegunTurns | None = None,
+    memory: StoreMemory | None = None,
 ) -> TurnRecord:
-    context = _claim_seq(conn, session_id, tenant_id, received_at)
+    context = _claim_seq(conn, session_id, tenant_id, received_at, memory)
     if context is None and create_session:
-        context = _create_for_turn(conn, session_id, tenant_id, received_at, clock())
+        context = _create_for_turn(conn, session_id, tenant_id, received_at, clock(), memory)
     if context is None:
         _raise_not_active(conn, session_id, tenant_id, create_session=create_session)
     seq, digest, length, priority = context
@@ -148,38 +179,69 @@ def begin_turn(
     }
     raw.execute(conn, sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
     _return_tool_calls(conn, session_id, delta.input_messages, received_at)
-    if begun is not None:
+    if memory is not None:
         base = None if delta.context_reset else (digest, length)
         start, start_length = base or (history.EMPTY_DIGEST, 0)
         extended = history.extend_digest(start, delta.input_messages)
-        begun.add(turn_id, _Begun(values, base, extended, start_length + len(delta.input_messages)))
+        memory.add(turn_id, _Begun(values, base, extended, start_length + len(delta.input_messages)))
     return cv.pending_turn_record(values, session_priority=priority)
 
 
 def _claim_seq(
-    conn: Connection, session_id: str, tenant_id: str, received_at: datetime
+    conn: Connection, session_id: str, tenant_id: str, received_at: datetime, memory: StoreMemory | None
 ) -> tuple[int, str, int, int] | None:
     """The next seq, the context (digest, length) and the priority of an active session of this tenant; None if
-    there is none."""
+    there is none.
+
+    When this store's own writes left the session's row, the claim is one UPDATE that checks every value it
+    relies on (a row another writer changed meanwhile matches no row, and the claim reads it back instead): on
+    SQLite an UPDATE with RETURNING runs through a temporary table, which cost about as much as the UPDATE."""
     params = {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at}
+    known = memory.session(session_id) if memory is not None else None
+    if known is not None:
+        checked = {
+            **params,
+            "p_turn_count": known.turn_count,
+            "p_digest": known.digest,
+            "p_length": known.length,
+            "p_priority": known.priority,
+        }
+        if raw.count(conn, sql.CLAIM_KNOWN_SEQ, checked):
+            claimed = _Claimed(known.turn_count + 1, known.digest, known.length, known.priority)
+            assert memory is not None
+            memory.remember_session(session_id, claimed)
+            return claimed.turn_count, claimed.digest, claimed.length, claimed.priority
     rows = raw.execute(conn, sql.CLAIM_SEQ, params)
     if not rows:
+        if memory is not None:
+            memory.forget_session(session_id)
         return None
     row = rows[0]
+    if memory is not None:
+        memory.remember_session(
+            session_id, _Claimed(row.turn_count, row.context_digest, row.context_length, row.priority)
+        )
     return row.turn_count, row.context_digest, row.context_length, row.priority
 
 
 def _create_for_turn(
-    conn: Connection, session_id: str, tenant_id: str, received_at: datetime, now: datetime
+    conn: Connection,
+    session_id: str,
+    tenant_id: str,
+    received_at: datetime,
+    now: datetime,
+    memory: StoreMemory | None,
 ) -> tuple[int, str, int, int] | None:
     """Create the session with this turn as its first; if another request created it meanwhile, join that one."""
     inserts = sql.INSERTS[conn.dialect.name]
     conn.execute(inserts.tenant, tenant_values(tenant_id, now))
     values = session_values(session_id, tenant_id, now=now, turn_count=1, last_active_at=max(now, received_at))
     if conn.scalar(inserts.session, values) is not None:
+        if memory is not None:
+            memory.remember_session(session_id, _Claimed(1, history.EMPTY_DIGEST, 0, values["priority"]))
         return 1, history.EMPTY_DIGEST, 0, values["priority"]
     # The other request's transaction has committed by now (ON CONFLICT waited for it): its row is visible.
-    return _claim_seq(conn, session_id, tenant_id, received_at)
+    return _claim_seq(conn, session_id, tenant_id, received_at, memory)
 
 
 def _raise_not_active(conn: Connection, session_id: str, tenant_id: str, *, create_session: bool) -> NoReturn:
@@ -255,7 +317,7 @@ def complete_turn(
     ended_at: datetime,
     worker: str | None,
     dispatched_at: datetime | None = None,
-    begun: BegunTurns | None = None,
+    memory: StoreMemory | None = None,
 ) -> TurnRecord:
     usage = usage or {}
     prompt_details = usage.get("prompt_tokens_details")
@@ -278,16 +340,19 @@ def complete_turn(
         "p_worker": worker,
         "p_dispatched_at": dispatched_at,
     }
-    known = begun.pop(turn_id) if begun is not None else None
+    known = memory.pop(turn_id) if memory is not None else None
     if known is not None:
-        return _complete_begun(conn, known, params)
+        assert memory is not None
+        return _complete_begun(conn, known, params, memory)
     turn = _end_pending(conn, sql.COMPLETE_TURN, params)
     _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
+    if memory is not None:
+        memory.forget_session(turn.session_id)
     calls = _record_requested_calls(conn, turn, ended_at)
     return cv.turn_record(turn, calls)
 
 
-def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any]) -> TurnRecord:
+def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any], memory: StoreMemory) -> TurnRecord:
     """`complete_turn` for a turn this store began: its row is not read back, its record is what began it plus
     this end."""
     if params["p_worker"] is not None and params["p_dispatched_at"] is not None:
@@ -314,8 +379,11 @@ def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any]) -> 
     else:
         context["p_base_digest"], context["p_base_length"] = known.base
         moved = raw.count(conn, sql.EXTEND_CONTEXT, context)
-    if not moved:  # the context is no longer the one this turn extends
+    if moved:
+        memory.move_context(turn.session_id, context["p_digest"], context["p_length"])
+    else:  # the context is no longer the one this turn extends
         _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
+        memory.forget_session(turn.session_id)
     calls = _record_requested_calls(conn, turn, ended_at)
     # The statement's parameters are the columns it set (`p_<column>`); worker and dispatch time as the row kept them.
     ended = {name.removeprefix("p_"): value for name, value in params.items() if name != "p_turn"}
@@ -387,11 +455,11 @@ def fail_turn(
     first_token_at: datetime | None,
     worker: str | None = None,
     dispatched_at: datetime | None = None,
-    begun: BegunTurns | None = None,
+    memory: StoreMemory | None = None,
 ) -> TurnRecord:
     """End a pending turn without an answer (`status` is "failed" or "cancelled"); the context stays as it is."""
-    if begun is not None:
-        begun.pop(turn_id)
+    if memory is not None:
+        memory.pop(turn_id)
     turn = _end_pending(
         conn,
         sql.FAIL_TURN,
@@ -450,7 +518,9 @@ async def fail_pending_turns(
     gateway_instance: str | None = None,
     except_run: str | None = None,
 ) -> int:
-    stmt = update(Turn).where(Turn.status == "pending")
+    # 'pending' written as the pending turns' partial index has it: a planner that plans without the bound values
+    # (PostgreSQL's generic plan of a prepared statement) cannot use that index for `status = $1`.
+    stmt = update(Turn).where(Turn.status == literal_column("'pending'"))
     if older_than is not None:
         stmt = stmt.where(Turn.received_at < older_than)
     if gateway_instance is not None:

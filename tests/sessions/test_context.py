@@ -22,6 +22,8 @@ from sessiongate.sessions import (
     TurnRecord,
     create_engine,
 )
+from sessiongate.sessions import _raw as raw
+from sessiongate.sessions import _statements as sql
 from sessiongate.sessions.history import split_delta
 
 pytestmark = pytest.mark.anyio
@@ -295,7 +297,7 @@ async def test_concurrent_first_turns_create_one_session(store: SqlSessionStore)
     assert (await store.get_session("racy", tenant_id="t")).turn_count == 8
 
 
-# completing a turn this store began (turns.BegunTurns) or one it did not
+# completing a turn this store began (turns.StoreMemory) or one it did not
 
 
 async def test_a_turn_completed_by_the_store_that_began_it_is_recorded_as_read_back(store: SqlSessionStore) -> None:
@@ -345,5 +347,80 @@ async def test_a_turn_begun_by_another_store_completes_on_the_general_path(
             )
         nxt = await begin(store, session.id, [*context, user("q3")], 5)
         assert (nxt.input_messages, nxt.context_reset) == ([user("q3")], False)
+    finally:
+        await other.close()
+
+
+# claiming a turn's seq from what this store's own writes left on the session row (turns.StoreMemory)
+
+
+@contextmanager
+def remembered_claims(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """For every claim of a seq from the remembered row (`CLAIM_KNOWN_SEQ`): the rows it changed (0: the row was
+    no longer as remembered)."""
+    changed: list[int] = []
+    count = raw.count
+
+    def spy(conn: Any, statement: Any, params: Any) -> int:
+        rows = count(conn, statement, params)
+        if statement is sql.CLAIM_KNOWN_SEQ:
+            changed.append(rows)
+        return rows
+
+    with monkeypatch.context() as patch:
+        patch.setattr(raw, "count", spy)
+        yield changed
+
+
+async def test_a_session_this_store_last_wrote_claims_its_seq_from_memory(
+    store: SqlSessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await store.create_session(priority=3)
+    with remembered_claims(monkeypatch) as claims:
+        first = await chat(store, session.id, [user("q1")], answer("a1"), 0)
+        assert claims == []  # the row was written by create_session: read back
+        second = await begin(store, session.id, [user("q1"), answer("a1"), user("q2")], 2)
+        assert claims == [1]
+    assert (first.seq, second.seq, second.session_priority) == (1, 2, 3)
+    assert (second.input_messages, second.context_reset) == ([user("q2")], False)
+    assert (await store.get_session(session.id, tenant_id="default")).turn_count == 2
+
+
+@pytest.mark.parametrize("change", ["priority", "turn-on-another-store", "context-on-another-store", "closed"])
+async def test_a_session_row_changed_by_another_writer_is_read_back(
+    store: SqlSessionStore, database_url: URL, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    other = SqlSessionStore(create_engine(database_url))
+    try:
+        session = await store.create_session()
+        await chat(store, session.id, [user("q1")], answer("a1"), 0)
+        history = [user("q1"), answer("a1")]
+        if change == "priority":
+            await other.update_session(session.id, tenant_id="default", priority=7)
+        elif change == "turn-on-another-store":
+            await other.begin_turn(session.id, tenant_id="default", messages=[user("x")], request={}, received_at=at(1))
+        elif change == "context-on-another-store":
+            await chat(other, session.id, [*history, user("q2")], answer("a2"), 1)
+            history += [user("q2"), answer("a2")]
+        else:
+            await other.update_session(session.id, tenant_id="default", state="closed")
+        with remembered_claims(monkeypatch) as claims:
+            if change == "closed":
+                with pytest.raises(InvalidTransition):
+                    await begin(store, session.id, [*history, user("q3")], 3)
+            else:
+                turn = await begin(store, session.id, [*history, user("q3")], 3)
+            assert claims == [0]  # remembered, found changed, read back
+        if change == "closed":
+            return
+        expected = {"priority": (2, 7), "turn-on-another-store": (3, 0), "context-on-another-store": (3, 0)}[change]
+        assert (turn.seq, turn.session_priority) == expected
+        assert (turn.input_messages, turn.context_reset) == ([user("q3")], False)
+        # and the store remembers the row as read: the next turn claims from memory again
+        await complete(store, turn, answer("a3"), 4)
+        with remembered_claims(monkeypatch) as claims:
+            nxt = await begin(store, session.id, [*history, user("q3"), answer("a3"), user("q4")], 5)
+            assert claims == [1]
+        assert (nxt.seq, nxt.input_messages) == (expected[0] + 1, [user("q4")])
     finally:
         await other.close()

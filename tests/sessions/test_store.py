@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from sessiongate.sessions import (
     AdvisoryNotFound,
@@ -433,6 +433,28 @@ async def test_fail_pending_turns_after_a_crash(store: SqlSessionStore) -> None:
         assert by_id[turn.id].error == {"type": "interrupted", "message": "gateway restarted"}
         assert by_id[turn.id].ended_at is not None
     assert by_id[done.id].status == "ok"
+
+
+async def test_fail_pending_turns_looks_up_the_pending_turns_index(store: SqlSessionStore) -> None:
+    """The pending turns have a partial index of their own (revision 0003): finding them does not scan every turn
+    ever served."""
+    if store.engine.dialect.name != "sqlite":
+        pytest.skip("the query plan is SQLite's; PostgreSQL plans by its statistics")
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.lstrip().upper().startswith("UPDATE TURNS"):
+            sent.append((statement, parameters))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        await store.fail_pending_turns(older_than=at(30), error_message="gateway restarted")
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+    ((statement, parameters),) = sent
+    async with store.engine.connect() as conn:
+        plan = (await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)).all()
+    assert any("USING INDEX ix_turns_pending_received_at" in row[-1] for row in plan), plan
 
 
 async def test_timestamps_come_back_as_the_same_instant_in_utc(store: SqlSessionStore) -> None:
