@@ -45,6 +45,13 @@ class RawStatement:
         self._defaults: dict[str, Any] = {
             name: bind.effective_value for bind, name in compiled.bind_names.items() if not bind.required
         }
+        # An INSERT's columns left to their Python defaults: SQLAlchemy's execution computes those, so here they
+        # are taken from the column (a constant) or refused.
+        for column in getattr(compiled, "insert_prefetch", ()):
+            default = column.default
+            if default is None or not default.is_scalar:
+                raise ValueError(f"the raw path takes constant column defaults only, not {column.key!r}'s")
+            self._defaults[column.key] = default.arg
         processors = compiled._bind_processors
         utc_times = {name for bind, name in compiled.bind_names.items() if isinstance(bind.type, UTCDateTime)}
         binds: list[tuple[str, Callable[[Any], Any] | None]] = []

@@ -207,14 +207,14 @@ class Inserts:
     """The backend's `INSERT ... ON CONFLICT DO NOTHING` statements of the per-request path."""
 
     tenant: Insert  # creates the tenant on first use
-    session: Insert  # returns the id if this statement created the session
+    session: Insert  # creates the session unless it exists (the rows it changed say which)
     tool_calls: Insert  # executemany; returns the rows inserted (a call id the session has is skipped)
 
     @classmethod
     def build(cls, backend: str) -> Inserts:
         return cls(
             tenant=insert_on_conflict(backend, Tenant),
-            session=insert_on_conflict(backend, Session).returning(Session.id),
+            session=insert_on_conflict(backend, Session),
             tool_calls=insert_on_conflict(backend, ToolCall, conflict=("session_id", "call_id")).returning(
                 *ToolCall.__table__.columns
             ),
@@ -241,6 +241,12 @@ for _statement in (
     RESTART_CONTEXT,
 ):
     register(_statement)
+# A session's first turn creates it (and its tenant on first use): every eighth turn of an eight-turn conversation.
+register(INSERTS["sqlite"].tenant, column_keys=("id", "name", "created_at"))
+register(
+    INSERTS["sqlite"].session,
+    column_keys=("id", "tenant_id", "state", "priority", "metadata", "created_at", "last_active_at", "turn_count"),
+)
 register(
     INSERT_TURN,
     column_keys=(

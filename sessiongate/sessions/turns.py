@@ -234,9 +234,9 @@ def _create_for_turn(
 ) -> tuple[int, str, int, int] | None:
     """Create the session with this turn as its first; if another request created it meanwhile, join that one."""
     inserts = sql.INSERTS[conn.dialect.name]
-    conn.execute(inserts.tenant, tenant_values(tenant_id, now))
+    raw.execute(conn, inserts.tenant, tenant_values(tenant_id, now))
     values = session_values(session_id, tenant_id, now=now, turn_count=1, last_active_at=max(now, received_at))
-    if conn.scalar(inserts.session, values) is not None:
+    if raw.count(conn, inserts.session, values):
         if memory is not None:
             memory.remember_session(session_id, _Claimed(1, history.EMPTY_DIGEST, 0, values["priority"]))
         return 1, history.EMPTY_DIGEST, 0, values["priority"]

@@ -10,7 +10,8 @@ from sqlalchemy import Connection
 
 from sessiongate.sessions import _raw as raw
 from sessiongate.sessions import _statements as sql
-from sessiongate.sessions import create_engine, upgrade_sync
+from sessiongate.sessions import create_engine, history, upgrade_sync
+from sessiongate.sessions._sql import session_values, tenant_values
 from sessiongate.sessions.database import sqlite_file_engine
 from sessiongate.sessions.models import UTCDateTime
 
@@ -114,3 +115,43 @@ def test_datetimes_are_bound_as_sqlalchemy_binds_them(value: datetime) -> None:
 def test_a_naive_datetime_is_refused_on_the_raw_path() -> None:
     with pytest.raises(ValueError, match="naive datetime"):
         raw._utc_text(datetime(2026, 1, 1))
+
+
+def test_a_session_created_on_the_raw_path_is_the_row_sqlalchemy_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session insert leaves its context columns to their Python defaults, which SQLAlchemy's execution fills
+    in; the raw path must write the same row, and count one row for a new session, none for an existing one."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'raw.db'}"
+    upgrade_sync(url)
+    engine = sqlite_file_engine(create_engine(url))
+    assert engine is not None
+    at = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=UTC)
+    inserts = sql.INSERTS["sqlite"]
+    rows = {}
+    for path in ("raw", "sqlalchemy"):
+        with engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN")
+            if path == "sqlalchemy":
+                monkeypatch.setattr(raw, "sqlite3", _NoSqlite3)
+            else:
+                monkeypatch.setattr(Connection, "execute", _refuse)
+            raw.execute(conn, inserts.tenant, tenant_values("t", at))
+            values = session_values("s", "t", now=at, priority=2, metadata={"k": "é"}, turn_count=1)
+            assert raw.count(conn, inserts.session, values) == 1
+            assert raw.count(conn, inserts.session, values) == 0  # it exists: nothing changed
+            monkeypatch.undo()
+            rows[path] = conn.exec_driver_sql("SELECT * FROM sessions").all()
+            conn.rollback()
+    assert rows["raw"] == rows["sqlalchemy"]
+    ((*_, digest, length, seq),) = rows["raw"]
+    assert (digest, length, seq) == (history.EMPTY_DIGEST, 0, 0)
+    engine.dispose()
+
+
+def test_a_computed_column_default_is_refused_on_the_raw_path() -> None:
+    from sqlalchemy import Column, Integer, MetaData, String, Table, insert
+
+    table = Table("t", MetaData(), Column("id", String, primary_key=True), Column("n", Integer, default=lambda: 1))
+    with pytest.raises(ValueError, match="constant column defaults only"):
+        raw.RawStatement(insert(table), column_keys=("id",))
