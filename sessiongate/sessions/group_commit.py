@@ -24,7 +24,7 @@ import sqlite3
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -39,11 +39,19 @@ T = TypeVar("T")
 MAX_BATCH = 64
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job(Generic[T]):
     work: Callable[[Connection], T]
-    future: asyncio.Future[T] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    future: asyncio.Future[T]  # the caller's: cancelled with the caller
     outcome: tuple[bool, Any] | None = None  # (ok, result or exception), set on the worker thread
+    ended: bool = False  # run (committed or not) or failed
+    # Made only when the caller was cancelled before the job ended: done when it has.
+    end: asyncio.Future[None] | None = None
+
+    def finish(self) -> None:
+        self.ended = True
+        if self.end is not None and not self.end.done():
+            self.end.set_result(None)
 
 
 class GroupCommitter:
@@ -75,11 +83,23 @@ class GroupCommitter:
         self._inline: Connection | None = None
 
     async def run(self, work: Callable[[Connection], T]) -> T:
-        job: _Job[T] = _Job(work)
+        loop = asyncio.get_running_loop()
+        job: _Job[T] = _Job(work, loop.create_future())
         self._queue.append(job)
         if self._draining is None or self._draining.done():
-            self._draining = asyncio.get_running_loop().create_task(self._drain())
-        return await _uncancellable(job.future)
+            self._draining = loop.create_task(self._drain())
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            # The caller was cancelled, and its future with it; the job runs all the same and may commit, so the
+            # caller waits for its end (as often as it is cancelled meanwhile), then passes the cancellation on.
+            # (Not `asyncio.shield` around every call: its second future and callbacks were paid on every job.)
+            if not job.ended:
+                job.end = loop.create_future()
+                while not job.end.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([job.end])
+            raise
 
     async def _drain(self) -> None:
         # One turn of the event loop before the first batch: the requests the loop is about to resume (answers
@@ -99,6 +119,7 @@ class GroupCommitter:
                 for job in batch:
                     if not job.future.done():
                         job.future.set_exception(error)
+                    job.finish()
                 if not isinstance(exc, Exception):
                     self._fail_queued(error)
                     raise
@@ -108,18 +129,19 @@ class GroupCommitter:
             for job in batch:
                 assert job.outcome is not None
                 ok, value = job.outcome
-                if job.future.done():
-                    continue
-                if ok:
-                    job.future.set_result(value)
-                else:
-                    job.future.set_exception(self._translate(value))
+                if not job.future.done():
+                    if ok:
+                        job.future.set_result(value)
+                    else:
+                        job.future.set_exception(self._translate(value))
+                job.finish()
 
     def _fail_queued(self, error: BaseException) -> None:
         while self._queue:
             job = self._queue.popleft()
             if not job.future.done():
                 job.future.set_exception(error)
+            job.finish()
 
     def _run_inline(self, batch: list[_Job[Any]]) -> bool:
         """Run the batch on the event loop's own thread if the file's write lock is free now; False if another
@@ -255,15 +277,3 @@ def _rollback(conn: Connection) -> None:
     _driver(conn).rollback()
     if conn.in_transaction():
         conn.rollback()
-
-
-async def _uncancellable(future: asyncio.Future[T]) -> T:
-    """Wait for `future` even if the caller is cancelled meanwhile (as often as it is); then re-raise the
-    cancellation. The job itself is never cancelled: it may have committed."""
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        while not future.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([future])
-        raise

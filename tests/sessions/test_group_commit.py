@@ -164,6 +164,32 @@ async def test_a_cancelled_caller_waits_for_its_job_which_commits(engine: Engine
     assert _keys(engine) == {"queued"}  # the caller's cancel came back only after the commit
 
 
+async def test_a_caller_cancelled_again_while_it_waits_still_waits_for_the_commit(
+    engine: Engine, tmp_path: Path
+) -> None:
+    committer = _committer(engine)
+    await committer.run(_insert("first"))  # the committer's own connection is open
+    holder = sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)  # another writer
+    holder.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(0.3, holder.rollback)
+    released.start()
+    try:
+        started = time.monotonic()
+        task = asyncio.create_task(committer.run(_insert("waiting")))
+        await asyncio.sleep(0.05)  # its batch waits for the lock on the worker thread
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done()  # still waiting for its job's end
+        task.cancel()  # and once more while it waits
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert time.monotonic() - started >= 0.25  # it came back only after the lock was free and the commit made
+    finally:
+        released.join()
+        holder.close()
+    assert _keys(engine) == {"first", "waiting"}
+
+
 async def test_a_batch_that_finds_the_file_locked_waits_for_it_on_the_worker_thread(
     engine: Engine, tmp_path: Path
 ) -> None:
