@@ -107,18 +107,31 @@ class StreamAssembler:
     generated_chunks: int = 0
 
     def add(self, chunk: dict[str, Any]) -> None:
+        # Called for every chunk of every stream (about one per token), so the usual chunk, one choice whose delta
+        # is text, takes the fewest steps; what it skips is what the general steps would make of it.
         self.chunks += 1
-        self.model = chunk.get("model") or self.model
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        self.cached_tokens_details = cache_details(chunk) or self.cached_tokens_details
+        model = chunk.get("model")
+        if model:
+            self.model = model
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        if "sglext" in chunk:
+            self.cached_tokens_details = cache_details(chunk) or self.cached_tokens_details
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
             delta = choice.get("delta")
-            if isinstance(delta, dict):
+            if not isinstance(delta, dict):
+                continue
+            content = delta.get("content")
+            if type(content) is str and delta.get("reasoning_content") is None and not delta.get("tool_calls"):
+                self.content.append(content)
+                if content:
+                    self.generated_chunks += 1
+            else:
                 self._add_delta(delta)
 
     def _add_delta(self, delta: dict[str, Any]) -> None:
