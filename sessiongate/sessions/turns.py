@@ -100,7 +100,8 @@ class _Begun:
 
 @dataclass(frozen=True, slots=True)
 class _Claimed:
-    """A session's row as this store's last write left it: what CLAIM_SEQ would return, before its increment."""
+    """A session's row as this store's last write left it: the values the claim of its next seq checks (the next
+    seq is `turn_count + 1`)."""
 
     turn_count: int
     digest: str
