@@ -8,6 +8,9 @@ conversation as a client of an OpenAI-compatible API does. It reports throughput
 latency the gateway adds (against the same requests sent straight to a worker), errors, the turns the store
 recorded against the turns answered, and the gateway's RSS over time.
 
+The client is aiohttp, reading each answer whole (as `router_overhead`'s): with httpx's default transport, 1,000
+sessions of it took most of the two cores of the machines this runs on, so the test measured its client.
+
     python -m sessiongate.benchmarks.load_test --sessions 1000 --duration 60
 """
 
@@ -25,11 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 from sqlalchemy import text
 
-from sessiongate.sdk._sse import aiter_events
+from sessiongate.sdk._sse import parse_events
 from sessiongate.sessions import create_engine
 
 from .processes import FakeWorkerProcess, GatewayServer
@@ -55,7 +58,7 @@ class LoadReport:
     turns_sent: int = 0
     turns_ok: int = 0
     errors: dict[str, int] = field(default_factory=dict)
-    # Where each transport error happened: "<exception> at <httpcore phase> on a <new|reused> connection".
+    # Each transport error as "<exception>: <message>".
     error_details: dict[str, int] = field(default_factory=dict)
     throughput_turns_per_s: float = 0.0
     latency_ms: dict[str, float] = field(default_factory=dict)
@@ -100,65 +103,42 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-class _Trace:
-    """httpcore's trace hook for one request: whether it opened a connection, and the first phase that failed."""
-
-    def __init__(self) -> None:
-        self.new_connection = False
-        self.phase = "pool"
-        self._failed = False
-
-    async def __call__(self, event: str, info: dict[str, Any]) -> None:
-        if event.startswith("connection.connect_tcp"):
-            self.new_connection = True
-        if not self._failed and event.endswith((".started", ".failed")):
-            self.phase = event.rsplit(".", 1)[0]
-            self._failed = event.endswith(".failed")
-
-    def describe(self, exc: BaseException) -> str:
-        return f"{type(exc).__name__} at {self.phase} on a {'new' if self.new_connection else 'reused'} connection"
-
-
 async def _turn(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     url: str,
     messages: list[dict[str, Any]],
     *,
     stream: bool,
     max_tokens: int,
     headers: dict[str, str],
-    trace: _Trace | None = None,
 ) -> str:
     """One chat request; the assistant's text. Raises on any error status or error event."""
-    body = {"model": "fake-model", "messages": messages, "stream": stream, "max_tokens": max_tokens}
-    extensions = {"trace": trace} if trace is not None else None
+    body = orjson.dumps({"model": "fake-model", "messages": messages, "stream": stream, "max_tokens": max_tokens})
+    async with client.post(url, data=body, headers={**headers, "content-type": "application/json"}) as response:
+        payload = await response.read()
+        if response.status != 200:
+            raise RuntimeError(f"status_{response.status}")
     if not stream:
-        response = await client.post(url, json=body, headers=headers, extensions=extensions)
-        if response.status_code != 200:
-            raise RuntimeError(f"status_{response.status_code}")
-        return str(response.json()["choices"][0]["message"]["content"] or "")
+        return str(orjson.loads(payload)["choices"][0]["message"]["content"] or "")
     parts: list[str] = []
-    async with client.stream("POST", url, json=body, headers=headers, extensions=extensions) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"status_{response.status_code}")
-        done = False
-        async for event in aiter_events(response.aiter_lines()):
-            if event.done:
-                done = True
-            else:
-                chunk = event.json()
-                if "error" in chunk:
-                    raise RuntimeError("error_event")
-                for choice in chunk.get("choices") or ():
-                    parts.append(choice.get("delta", {}).get("content") or "")
-        if not done:
-            raise RuntimeError("stream_cut")
+    done = False
+    for event in parse_events(payload):
+        if event.done:
+            done = True
+            continue
+        chunk = event.json()
+        if "error" in chunk:
+            raise RuntimeError("error_event")
+        for choice in chunk.get("choices") or ():
+            parts.append(choice.get("delta", {}).get("content") or "")
+    if not done:
+        raise RuntimeError("stream_cut")
     return "".join(parts)
 
 
 async def _session(
     index: int,
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     url: str,
     config: LoadConfig,
     deadline: float,
@@ -176,21 +156,14 @@ async def _session(
         stream = rng.random() < config.stream_share
         started = time.perf_counter()
         counts["sent"] += 1
-        trace = _Trace()
         try:
             text = await _turn(
-                client,
-                url,
-                messages,
-                stream=stream,
-                max_tokens=config.max_tokens,
-                headers={"x-session-id": session_id},
-                trace=trace,
+                client, url, messages, stream=stream, max_tokens=config.max_tokens, headers={"x-session-id": session_id}
             )
-        except (RuntimeError, httpx.HTTPError, orjson.JSONDecodeError) as exc:
+        except (TimeoutError, RuntimeError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
             errors[str(exc) if isinstance(exc, RuntimeError) else type(exc).__name__] += 1
-            if isinstance(exc, httpx.TransportError):
-                details[trace.describe(exc)] += 1
+            if isinstance(exc, aiohttp.ClientError | TimeoutError):
+                details[f"{type(exc).__name__}: {exc}"] += 1
             messages.pop()
             await asyncio.sleep(0.1)
             continue
@@ -225,8 +198,8 @@ async def _direct_baseline(worker_url: str, config: LoadConfig) -> list[float]:
     """The same kind of requests straight to a worker, at a modest concurrency: what the gateway adds to."""
     latencies: list[float] = []
     rng = random.Random(config.seed)
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=64)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
 
         async def one(i: int) -> None:
             messages = [{"role": "system", "content": f"You are session {i}."}]
@@ -264,9 +237,9 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
     errors: Counter[str] = Counter()
     details: Counter[str] = Counter()
     counts: Counter[str] = Counter()
-    limits = httpx.Limits(max_connections=config.sessions + 10, max_keepalive_connections=config.sessions + 10)
     url = f"{gateway.url}/v1/chat/completions"
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=config.sessions + 10)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
         started = time.monotonic()
         deadline = started + config.duration_s
 
