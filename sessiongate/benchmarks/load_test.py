@@ -50,6 +50,9 @@ class LoadConfig:
     database_url: str | None = None
     baseline_requests: int = 300
     seed: int = 0
+    # Run the gateway from this source tree (its PYTHONPATH) instead of the installed one: two trees under the
+    # same client, e.g. a `git archive` export of an older commit.
+    gateway_source: str | None = None
 
 
 @dataclass
@@ -280,6 +283,8 @@ def run_load(config: LoadConfig, *, work_dir: Path | None = None) -> LoadReport:
             "SESSIONGATE_ALLOW_UNAUTHENTICATED": "true",
             "SESSIONGATE_LOG_LEVEL": "warning",
         }
+        if config.gateway_source is not None:
+            env["PYTHONPATH"] = str(Path(config.gateway_source).resolve())
         gateway = GatewayServer(work, workers=[w.url for w in workers], env=env)
         gateway.wait_ready()
         report.direct_latency_ms = _percentiles(asyncio.run(_direct_baseline(workers[0].url, config)))
@@ -305,6 +310,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--database-url", help="default: a fresh SQLite file in a temp dir")
     parser.add_argument("--out", help="write the report as JSON here")
+    parser.add_argument(
+        "--gateway-source", help="run the gateway from this source tree (e.g. an export of another commit)"
+    )
     args = parser.parse_args()
     config = LoadConfig(
         sessions=args.sessions,
@@ -313,6 +321,7 @@ def main() -> None:
         stream_share=args.stream_share,
         max_tokens=args.max_tokens,
         database_url=args.database_url,
+        gateway_source=args.gateway_source,
     )
     report = run_load(config)
     print(report.summary())
