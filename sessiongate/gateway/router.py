@@ -34,8 +34,15 @@ def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 def prompt_chars(messages: Sequence[Mapping[str, Any]]) -> int:
     """`len(prompt_text(messages))` without building the text: a long agent conversation is hundreds of kilobytes,
-    copied for every turn only to be counted."""
-    return sum(map(len, _prompt_parts(messages)))
+    copied for every turn only to be counted. A plain text message (most of them) is counted at once."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if type(content) is str and not message.get("tool_calls"):
+            total += len(str(message.get("role"))) + 2 + len(content)  # "<role>" and the text
+        else:
+            total += sum(map(len, _prompt_parts((message,))))
+    return total
 
 
 def _prompt_parts(messages: Sequence[Mapping[str, Any]]) -> Iterator[str]:

@@ -229,6 +229,8 @@ _MESSAGES: list[dict[str, object]] = [
     {"role": "user", "content": 42},
     {"role": "user", "content": {"odd": True}, "tool_calls": ["not a call"]},
     {"content": "no role"},
+    {"role": 7, "content": "odd role", "tool_calls": []},
+    {"role": "assistant", "content": "calling", "tool_calls": [{"function": {"name": "g"}}]},
 ]
 
 
