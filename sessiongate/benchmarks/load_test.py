@@ -1,15 +1,13 @@
 """Load and soak test: many concurrent sessions through a real gateway process in front of fast fake workers.
 
-Starts `--workers` fake SGLang workers (`python -m sessiongate.benchmarks.fake_worker`) and one gateway (`sessiongate
-serve`:
-uvicorn, uvloop, httptools) on a fresh SQLite store (or `--database-url`), then runs `--sessions` concurrent
-sessions for `--duration` seconds, each sending turns back to back (a share of them streamed), resending its
-conversation as a client of an OpenAI-compatible API does. It reports throughput, latency (p50/p99) and the
-latency the gateway adds (against the same requests sent straight to a worker), errors, the turns the store
-recorded against the turns answered, and the gateway's RSS over time.
-
-The client is aiohttp, reading each answer whole (as `router_overhead`'s): with httpx's default transport, 1,000
-sessions of it took most of the two cores of the machines this runs on, so the test measured its client.
+Starts `--workers` fake SGLang workers (`python -m sessiongate.benchmarks.fake_worker`, instant: no prefix-cache
+model unless `--worker-prefix-cache`) and one gateway (`sessiongate serve`: uvicorn, uvloop, httptools) on a fresh
+SQLite store (or `--database-url`), then runs `--sessions` concurrent sessions for `--duration` seconds, each sending
+turns back to back (a share of them streamed), resending its conversation as a client of an OpenAI-compatible API
+does. It reports throughput, latency (p50/p99) and the latency the gateway adds (against the same requests sent
+straight to a worker), errors, the turns the store recorded against the turns answered, and the gateway's RSS over
+time. The client is aiohttp, reading each answer whole, as `router_overhead`'s: it costs less per request than
+httpx's default transport, so more of the machine is left to what is measured.
 
     python -m sessiongate.benchmarks.load_test --sessions 1000 --duration 60
 """
@@ -50,6 +48,10 @@ class LoadConfig:
     database_url: str | None = None
     baseline_requests: int = 300
     seed: int = 0
+    # The fake workers' prefix-cache model: its lookup cost grows with every prompt seen. With 1,000 sessions
+    # resending long histories, at ~120 turns/s the two workers took ~80% of a core each, the gateway 25%, the
+    # client 9% (top, on 2 cores): the test measured the workers. Off by default, as in `router_overhead`.
+    worker_prefix_cache: bool = False
     # Run the gateway from this source tree (its PYTHONPATH) instead of the installed one: two trees under the
     # same client, e.g. a `git archive` export of an older commit.
     gateway_source: str | None = None
@@ -273,7 +275,7 @@ def run_load(config: LoadConfig, *, work_dir: Path | None = None) -> LoadReport:
     work = work_dir or Path(tempfile.mkdtemp(prefix="sessiongate-load-"))
     database_url = config.database_url or f"sqlite+aiosqlite:///{work / 'gateway.db'}"
     report = LoadReport(config=asdict(config))
-    workers = [FakeWorkerProcess(work) for _ in range(config.workers)]
+    workers = [FakeWorkerProcess(work, prefix_cache=config.worker_prefix_cache) for _ in range(config.workers)]
     gateway: GatewayServer | None = None
     try:
         for worker in workers:
@@ -311,6 +313,9 @@ def main() -> None:
     parser.add_argument("--database-url", help="default: a fresh SQLite file in a temp dir")
     parser.add_argument("--out", help="write the report as JSON here")
     parser.add_argument(
+        "--worker-prefix-cache", action="store_true", help="turn on the fake workers' prefix-cache model (costly)"
+    )
+    parser.add_argument(
         "--gateway-source", help="run the gateway from this source tree (e.g. an export of another commit)"
     )
     args = parser.parse_args()
@@ -322,6 +327,7 @@ def main() -> None:
         max_tokens=args.max_tokens,
         database_url=args.database_url,
         gateway_source=args.gateway_source,
+        worker_prefix_cache=args.worker_prefix_cache,
     )
     report = run_load(config)
     print(report.summary())
