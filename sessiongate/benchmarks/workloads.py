@@ -62,6 +62,10 @@ class Turn:
     gap_s: float  # think or tool time between the previous answer's end and this request (0 for turn 0)
     kind: str  # "first" | "user" (a human typed it: typing hint) | "tool" (tool results: tool hint)
     at_s: float | None = None  # open-loop traces: sent at max(at_s, previous answer's end)
+    # "tool" turns: None when the tool's result comes inside this request (a chat-completions client); else the
+    # client posted it (`POST /v1/sessions/{id}/tool_results`) when the tool returned, this many seconds before
+    # this request (part of gap_s: the tool ran gap_s - result_gap_s).
+    result_gap_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

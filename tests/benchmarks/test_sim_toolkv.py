@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from sessiongate.benchmarks.sim import SYSTEMS, h100_llama8b, simulate
-from sessiongate.benchmarks.sim.agent_long import closed_loop_users, long_agent_sessions
+from sessiongate.benchmarks.sim.agent_long import ResultGap, closed_loop_users, long_agent_sessions
 from sessiongate.benchmarks.sim.engine import PrefetchResult, SimWorker, _Tier
 from sessiongate.benchmarks.sim.toolkv_experiment import toolkv_experiment
 from sessiongate.benchmarks.workloads import SessionTrace, Turn, agent_sessions
+from sessiongate.gateway.advisor.quality import HintQuality
 
 from .test_sim import SIMPLE
 
@@ -106,6 +107,122 @@ def test_a_retain_that_finds_nothing_falls_back_to_a_prefetch_and_still_lapses_i
     assert counts["retain_fallback"] == 10
     assert counts["retain_lapsed"] == 4
     assert len(fired) == 14
+
+
+def _posting_session(sid: str, tools: list[float], result_gaps: list[float]) -> SessionTrace:
+    """An agent that posts each tool's result when the tool returns, and sends its next turn `result_gaps` later."""
+    turns = [Turn(400, 4, 0.0, "first")] + [
+        Turn(50, 4, tool_s + after, "tool", result_gap_s=after)
+        for tool_s, after in zip(tools, result_gaps, strict=True)
+    ]
+    return SessionTrace(sid, "agent", 0.0, tuple(turns))
+
+
+# Three 30 s tools (kept on the 2 s default, and learnt), then three of 5 s: each planned as an offload whose
+# prefetch is scheduled at about 30 s - load (1.2-1.5 s here) - 0.5 s, long after the 5 s tool returns.
+TOOLS = [30.0, 30.0, 30.0, 5.0, 5.0, 5.0]
+
+
+def test_a_result_posted_right_before_its_turn_drops_the_scheduled_prefetch_and_the_turn_is_not_missed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fired = _prefetch_times(monkeypatch)
+    result = simulate("kv_aware+toolkv", [_posting_session("C", TOOLS, [0.0] * 6)], SIMPLE, workers=2)
+    counts = result.advisories
+    assert result.result_gap_median_s == 0.0  # learnt from the three first results: the turn follows at once
+    assert (counts["keep"], counts["offload"], counts["results_posted"]) == (3, 3, 6)
+    # Each short tool's result comes before its scheduled prefetch fires, and a prefetch fired then could not land
+    # before the turn (0 s < the load time): withdrawn, settled cancelled, and its turn foreseen, not missed.
+    assert (counts["early"], counts["early_skipped"], counts["missed"]) == (0, 3, 0)
+    outcomes = result.advisory_report["kinds"]["tool_call"]["outcomes"]
+    assert outcomes == {"used": 3, "late": 0, "wasted": 0, "cancelled": 3}
+    assert fired == []  # the kept turns loaded nothing, the dropped prefetches never fired
+
+    # The same agent sending each result inside its next request: the same plans, the prefetches claimed late.
+    inline = simulate("kv_aware+toolkv", [_tool_session_with(TOOLS)], SIMPLE, workers=2)
+    assert (inline.advisories["offload"], inline.advisories["late"], inline.advisories["early_skipped"]) == (3, 3, 0)
+    assert inline.result_gap_median_s is None
+
+
+def _tool_session_with(tools: list[float]) -> SessionTrace:
+    return SessionTrace("I", "agent", 0.0, (Turn(400, 4, 0.0, "first"), *(Turn(50, 4, t, "tool") for t in tools)))
+
+
+def test_a_result_posted_long_before_its_turn_fires_the_prefetch_there_and_it_lands_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fired = _prefetch_times(monkeypatch)
+    gaps = [2.0, 4.0, 3.0, 3.0, 3.0, 3.0]
+    result = simulate("kv_aware+toolkv", [_posting_session("E", TOOLS, gaps)], SIMPLE, workers=2)
+    counts = result.advisories
+    assert result.result_gap_median_s == 3.0  # the median of the simulated gaps, 2-4 s
+    assert (counts["offload"], counts["early"], counts["early_skipped"]) == (3, 3, 0)
+    # Fired at each short tool's result, 3 s before its turn: the prefetch had landed (used, with a lead).
+    requests = sorted(r.sent_s for r in result.records if r.turn >= 4)
+    assert len(fired) == 3
+    for at, request in zip(sorted(fired), requests, strict=True):
+        assert request - at == pytest.approx(3.0)
+    kinds = result.advisory_report["kinds"]
+    assert kinds["tool_call"]["outcomes"] == {"used": 6, "late": 0, "wasted": 0, "cancelled": 0}
+    assert counts["missed"] == 0
+    assert kinds["tool_call"]["mean_lead_time_s"] > 0
+
+
+def test_a_result_with_no_live_advisory_prefetches_only_when_it_can_land(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the adaptive rule skipping every tool-call advisory, each result is the advisor's only signal: a
+    `tool_result` prefetch at the policy's choice, until the learnt gaps say it cannot land before the turn."""
+    monkeypatch.setattr(
+        HintQuality,
+        "tier",
+        lambda quality, session_id, tenant_id, kind, now: "none" if kind == "tool_call" else "device",
+    )
+    close = simulate("kv_aware+toolkv", [_posting_session("N", TOOLS, [0.0] * 6)], SIMPLE, workers=2)
+    # The first three results, gaps unknown: a prefetch each (claimed at once: late); then none, the turns foreseen.
+    assert close.advisory_report["kinds"]["tool_result"]["outcomes"]["late"] == 3
+    assert (close.advisories["early_skipped"], close.advisories["missed"]) == (3, 0)
+    far = simulate("kv_aware+toolkv", [_posting_session("F", TOOLS, [3.0] * 6)], SIMPLE, workers=2)
+    assert far.advisory_report["kinds"]["tool_result"]["outcomes"]["used"] == 6
+    assert (far.advisories["early_skipped"], far.advisories["missed"]) == (0, 0)
+
+
+def test_posting_agents_keep_their_tool_times_and_contexts_and_wait_the_drawn_gap() -> None:
+    inline = long_agent_sessions(count=6, seed=0, tool_scale=20.0)
+    posting = long_agent_sessions(count=6, seed=0, tool_scale=20.0, result_gap=ResultGap(0.2, 1.8))
+    at_once = long_agent_sessions(count=6, seed=0, tool_scale=20.0, result_gap=ResultGap())
+    drawn: list[float] = []
+    for plain, posted, zero in zip(inline, posting, at_once, strict=True):
+        assert [t.append_tokens for t in posted.turns] == [t.append_tokens for t in plain.turns]
+        for a, b, c in zip(plain.turns[1:], posted.turns[1:], zero.turns[1:], strict=True):
+            assert b.result_gap_s is not None
+            assert b.result_gap_s >= 0.2
+            assert b.gap_s - b.result_gap_s == pytest.approx(a.gap_s)
+            assert (c.gap_s, c.result_gap_s) == (a.gap_s, 0.0)  # the SDK's flow: the same rounds, the result posted
+            drawn.append(b.result_gap_s)
+        assert plain.turns[0].result_gap_s is posted.turns[0].result_gap_s is None  # no tool before the first
+    assert 1.5 < sum(drawn) / len(drawn) < 2.5
+    with pytest.raises(ValueError, match="at least 0 s"):
+        ResultGap(-0.1)
+
+
+def test_the_experiment_reports_what_the_lifecycle_did_with_posted_results() -> None:
+    text = toolkv_experiment(
+        h100_llama8b(),
+        workers=[2],
+        loads=[2],
+        systems=("kv_aware", "kv_aware+toolkv"),
+        sessions_per_user=1,
+        false_rate=0.0,
+        result_gap=ResultGap(0.0),
+        log=lambda _: None,
+    )
+    assert "post each tool's result when the tool returns, then send the next request 0 s later" in text
+    table = text.split("The posted tool results")[1].split("###")[0]
+    (row,) = [line for line in table.splitlines() if line.startswith("| 2 |")]  # the system with the lifecycle only
+    assert row.startswith("| 2 | kv_aware+toolkv | ")
+    results, early, skipped = (int(x) for x in row.split(" | ")[2].split(" / "))
+    assert results > 0
+    assert early + skipped <= results
+    assert row.split(" | ")[3] == "0.00"  # the learnt median gap: the turns follow their results at once
 
 
 def test_toolkv_systems_run_the_gateways_kv_aware_with_the_lifecycle() -> None:

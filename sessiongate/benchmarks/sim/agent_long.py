@@ -7,6 +7,11 @@ and multiplies every round's *appended* tokens (tool output, file contents: what
 factor that reaches it; the model's answers keep their recorded lengths, and so does each round's share of the
 growth. Tool times are the recorded ones, times `tool_scale` (1: as recorded; the trace has no tool that runs for
 seconds, so a larger scale is a stated what-if, not the trace).
+
+With a `ResultGap`, the agents post each tool's result to the gateway when the tool returns
+(`POST /v1/sessions/{id}/tool_results`) and send the next request a drawn gap later: the tool still runs its
+recorded time, the round's gap grows by the result gap (`Turn.result_gap_s`). Without one, the result comes inside
+the next request, as the recorded SWE-agent (a chat-completions client) sends it.
 """
 
 from __future__ import annotations
@@ -14,11 +19,32 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from sessiongate.benchmarks.workloads import SessionTrace, Turn, agent_sessions
 
-__all__ = ["closed_loop_users", "long_agent_sessions"]
+__all__ = ["ResultGap", "closed_loop_users", "long_agent_sessions"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResultGap:
+    """Seconds between a tool's result, posted when the tool returns, and the agent's next request: `min_s`, plus
+    an exponential tail of mean `tail_mean_s` when that is above 0 (a model step or a person between the two)."""
+
+    min_s: float = 0.0
+    tail_mean_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.min_s < 0 or self.tail_mean_s < 0:
+            raise ValueError(f"a result gap is at least 0 s: {self}")
+
+    def draw(self, rng: random.Random) -> float:
+        return self.min_s + (rng.expovariate(1.0 / self.tail_mean_s) if self.tail_mean_s > 0 else 0.0)
+
+    def label(self) -> str:
+        tail = f" + an exponential tail of mean {self.tail_mean_s:g} s" if self.tail_mean_s else ""
+        return f"{self.min_s:g} s{tail}"
 
 
 def long_agent_sessions(
@@ -28,9 +54,12 @@ def long_agent_sessions(
     min_context: int = 32_768,
     max_context: int = 131_072,
     tool_scale: float = 1.0,
+    result_gap: ResultGap | None = None,
     path: Path | None = None,
 ) -> list[SessionTrace]:
     rng = random.Random(f"long-agents:{seed}")
+    # Its own stream, so that posting results leaves every context and tool time as without.
+    gap_rng = random.Random(f"result-gaps:{seed}")
     stretched: list[SessionTrace] = []
     for session in agent_sessions(count=count, seed=seed, path=path):
         appended = sum(t.append_tokens for t in session.turns)
@@ -45,7 +74,12 @@ def long_agent_sessions(
             if total + append + turn.output_tokens > max_context:
                 break
             total += append + turn.output_tokens
-            turns.append(dataclasses.replace(turn, append_tokens=append, gap_s=turn.gap_s * tool_scale))
+            tool_s = turn.gap_s * tool_scale
+            if result_gap is not None and turn.kind == "tool":
+                after = result_gap.draw(gap_rng)
+                turns.append(dataclasses.replace(turn, append_tokens=append, gap_s=tool_s + after, result_gap_s=after))
+            else:
+                turns.append(dataclasses.replace(turn, append_tokens=append, gap_s=tool_s))
         if len(turns) >= 2:
             stretched.append(dataclasses.replace(session, turns=tuple(turns)))
     return stretched

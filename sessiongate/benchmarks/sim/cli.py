@@ -14,6 +14,8 @@ python -m sessiongate.benchmarks.sim --calibration cpu --validate results/replay
 # issue 15: long-context agents with tool calls (32k-128k), the tool-call KV lifecycle against the baselines
 python -m sessiongate.benchmarks.sim --experiment toolkv --workers 16 --loads 32 64 128 192 256 --tool-scale 1 20 \
     --out DIR
+# the same, the agents posting each tool's result when it returns, the turn 0.2 s + Exp(mean 1.8 s) later
+python -m sessiongate.benchmarks.sim --experiment toolkv --workers 16 --loads 32 64 --result-gap 0.2 1.8 --out DIR
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from sessiongate.benchmarks.metrics import read_records
 from sessiongate.benchmarks.workloads import HintModel
 
+from .agent_long import ResultGap
 from .calibration import PROFILES_DIR, Calibration, cpu_profile, h100_llama8b
 from .cluster import SYSTEMS
 from .experiments import EXPERIMENTS, SWEEPS, hint_sweep, load_sweep, validate, validation_markdown
@@ -77,6 +80,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tool-scale", type=float, nargs="+", default=[1.0], help="toolkv: multiply the trace's tool times"
     )
+    parser.add_argument(
+        "--result-gap",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar=("MIN_S", "TAIL_MEAN_S"),
+        help="toolkv: the agents post each tool's result when it returns and send the turn MIN_S (plus an"
+        " exponential tail of mean TAIL_MEAN_S) later; default: the result comes inside the next request",
+    )
     parser.add_argument("--validate", type=Path, default=None, help="JSONL of TurnRecords from a real replay")
     parser.add_argument(
         "--validate-loop",
@@ -96,7 +108,10 @@ def _calibration(args: argparse.Namespace) -> Calibration:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.result_gap is not None and len(args.result_gap) > 2:
+        parser.error("--result-gap takes MIN_S and at most one TAIL_MEAN_S")
     cal = _calibration(args)
     worker_counts: list[int] = args.workers or [16]
     hints = HintModel(lead_s=args.lead, false_rate=args.false_rate, missed_rate=args.missed_rate)
@@ -108,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=worker_counts,
             loads=[int(load) for load in (args.loads or [32, 64, 128, 256])],
             tool_scales=args.tool_scale,
+            result_gap=None if args.result_gap is None else ResultGap(*args.result_gap),
             **({"systems": systems} if systems else {}),
             slo_p99_ttft_s=args.slo_p99_ttft or 10.0,
             false_rate=args.false_rate or 0.6,

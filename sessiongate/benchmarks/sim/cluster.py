@@ -15,7 +15,9 @@ Nothing of the gateway's decision logic is re-implemented here. The wiring mirro
   picks its worker, else withdrawn and settled as cancelled; then `HintQuality.tier`, the policy's choice for the
   session, a `LiveAdvisory` firing now and expiring after the ttl), the prefetch on the chosen worker, and when it
   finishes `ready_at` and `KVBelief.after_prefetch` with `prefetch_residency` (only while the advisory is still
-  live, as the gateway's polling loop); expiries settle as wasted (`AdvisorBook.expire`).
+  live, as the gateway's polling loop); expiries settle as wasted (`AdvisorBook.expire`). A system with the
+  tool-call KV lifecycle takes its hints, and the tool results its agents post, through `toolkv.SimToolKV.signal`
+  (the whole of `Advisor._signal`, early fire and early skip included).
 
 Two idealisations, said once: load reports are fresh at every choice (the gateway's are up to 2 s old), and the
 workers' prefill/decode rates in `WorkerView` are left empty so `CostModel` uses the calibration's rates (the
@@ -109,6 +111,9 @@ class SimResult:
     events: int
     policy: RoutingPolicy
     advisory_report: dict[str, Any] = field(default_factory=dict)
+    # The lifecycle's learnt median gap between a posted tool result and the next turn, at the end (None: fewer
+    # than `ResultGaps.min_samples`, or no results posted).
+    result_gap_median_s: float | None = None
 
 
 def _segment(session_id: str, turn: int, part: str, chars: int) -> str:
@@ -211,7 +216,7 @@ class _Cluster:
         now = self.loop.now
         turn = session.turns[k]
         prompt = session.prompt_tokens(k)
-        if self.tool_kv is not None and turn.kind == "tool":
+        if self.tool_kv is not None and turn.kind == "tool" and turn.result_gap_s is None:
             self.tool_kv.tool_returned(TENANT, turn.gap_s)  # its result is in this request: the store records it
         request = Request(session_id, k, prompt, turn.output_tokens, now)
         reservation = self.book.reservation(session_id, now) if self.hints is not None else None
@@ -227,11 +232,13 @@ class _Cluster:
         )
         worker = self.by_id[self.policy.choose(route, self._views()).id]
         if self.hints is not None:
+            # `Advisor.on_request`: a turn foreseen by a dropped early prefetch is not missed.
+            foreseen = self.tool_kv is not None and self.tool_kv.turn_began(session_id)
             claim = self.book.claim(session_id, worker.id, now)
             if claim is not None:
                 self.claims[(session_id, k)] = claim
                 self.stats.claimed += 1
-            elif k > 0:
+            elif k > 0 and not foreseen:
                 self.stats.missed += 1
         if self.machine is not None:
             self.machine.charge_front(
@@ -290,9 +297,14 @@ class _Cluster:
             self.loop.at(at, self._hint, hint)
         if k + 1 < len(session.turns):
             following = session.turns[k + 1]
+            send_at = now + following.gap_s if following.at_s is None else max(now, following.at_s)
             if self.tool_kv is not None and following.kind == "tool" and request.error is None:
                 self.tool_kv.on_tool_call(request.session_id, TENANT)
-            send_at = now + following.gap_s if following.at_s is None else max(now, following.at_s)
+                if following.result_gap_s is not None:
+                    # Posted when the tool returns, before the request (first at equal times: the client awaits
+                    # the post's answer, then sends).
+                    returned_at = max(now, send_at - following.result_gap_s)
+                    self.loop.at(returned_at, self._tool_result, (request.session_id, returned_at - now))
             self.loop.at(send_at, self._send, (request.session_id, k + 1))
         elif request.session_id in self.follow_ups:
             next_id, delay = self.follow_ups[request.session_id]
@@ -300,10 +312,18 @@ class _Cluster:
 
     # the advisor (Advisor.signal / tick / _prefetch / _settle)
 
+    def _tool_result(self, item: tuple[str, float]) -> None:
+        assert self.tool_kv is not None
+        session_id, tool_s = item
+        self.tool_kv.tool_result(session_id, TENANT, tool_s)
+
     def _hint(self, hint: Hint) -> None:
         now = self.loop.now
         session_id = hint.session_id
         kind = _HINT_SIGNAL[hint.kind]
+        if self.tool_kv is not None:
+            self.tool_kv.signal(session_id, TENANT, kind)
+            return
         worker: WorkerView | None = None
         live = self.book.get(session_id, now)
         if live is not None:
@@ -396,7 +416,7 @@ class _Cluster:
                 counts[outcome] += kind.outcomes.get(outcome, 0)
             counts["skipped"] += kind.skipped
         if self.tool_kv is not None:
-            counts.update(self.tool_kv.decisions)
+            counts.update(self.tool_kv.decisions, results_posted=self.tool_kv.results_posted)
         return counts
 
 
@@ -440,4 +460,5 @@ def simulate(
         events=cluster.loop.events,
         policy=cluster.policy,
         advisory_report=cluster.stats.report() if spec.advisories else {},
+        result_gap_median_s=cluster.tool_kv.lifecycle.result_gaps.median(TENANT) if cluster.tool_kv else None,
     )

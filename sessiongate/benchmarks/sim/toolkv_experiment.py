@@ -10,6 +10,11 @@ Then sessions served at the p99 TTFT bound (`served_at_slo`: the most agents bef
 and the false-hint cost: `kv_aware+toolkv` at `false_load` (default: the most agents) with `false_rate` of its
 hints false against none, throughput as output tokens per second of the run. `toolkv.md` states each of the
 issue's targets as met or not, with the figures; `toolkv.json` keeps every summary.
+
+With a `result_gap`, the agents post each tool's result when the tool returns and send the next request that gap
+later (`agent_long.ResultGap`; every system gets the same sessions, so the baselines' rounds are as much longer),
+and the report adds what the lifecycle did with the results: fired a scheduled prefetch early, dropped it (early
+skip), the learnt median gap, and the advisories' outcomes by kind with their lead times.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from sessiongate.benchmarks.metrics import RunSummary, TurnRecord, percentile, s
 from sessiongate.benchmarks.workloads import HintModel
 from sessiongate.gateway.advisor.toolkv import ToolKVPolicy
 
-from .agent_long import closed_loop_users, long_agent_sessions
+from .agent_long import ResultGap, closed_loop_users, long_agent_sessions
 from .calibration import Calibration
-from .cluster import simulate
+from .cluster import SYSTEMS, simulate
 
 __all__ = ["TOOLKV_SYSTEMS", "ToolKVRun", "toolkv_experiment"]
 
@@ -69,7 +74,8 @@ def _session_e2e(records: Sequence[TurnRecord]) -> list[float]:
 
 def _by_tool_kind(records: Sequence[TurnRecord], gaps: dict[tuple[str, int], float]) -> dict[str, float]:
     """TTFT mean and where the prompt was found, for the turns after a long tool (over `LONG_TOOL_S`: the policy's
-    keep threshold here) and after a short one: what the lifecycle can change is the first kind's load."""
+    keep threshold here) and after a short one: what the lifecycle can change is the first kind's load. `gaps`:
+    each turn's tool time (without a posted result's gap)."""
     out: dict[str, float] = {}
     for kind, long in (("long_tool", True), ("short_tool", False)):
         picked = [
@@ -101,8 +107,11 @@ def _run(
     seed: int,
     sessions_per_user: int,
     think_time_s: float,
+    result_gap: ResultGap | None = None,
 ) -> tuple[RunSummary, float]:
-    pool = long_agent_sessions(count=agents * sessions_per_user, seed=seed, tool_scale=tool_scale)
+    pool = long_agent_sessions(
+        count=agents * sessions_per_user, seed=seed, tool_scale=tool_scale, result_gap=result_gap
+    )
     sessions, follow_ups = closed_loop_users(pool, agents, seed=seed, think_time_s=think_time_s)
     began = time.perf_counter()
     result = simulate(system, sessions, cal, workers=workers, hints=hints, seed=seed, follow_ups=follow_ups)
@@ -117,8 +126,14 @@ def _run(
         label=cal.label,
     )
     spans = _session_e2e(result.records)
-    gaps = {(session.id, k): turn.gap_s for session in pool for k, turn in enumerate(session.turns)}
+    gaps = {
+        (session.id, k): turn.gap_s - (turn.result_gap_s or 0.0)
+        for session in pool
+        for k, turn in enumerate(session.turns)
+    }
     kinds = result.advisory_report.get("kinds", {})
+    if result_gap is not None and SYSTEMS[system].tool_kv:
+        summary.extra.update(_result_figures(result.result_gap_median_s, kinds))
     summary.extra.update(
         session_e2e_mean=sum(spans) / len(spans) if spans else math.nan,
         session_e2e_p99=percentile(spans, 99),
@@ -130,6 +145,19 @@ def _run(
         **_by_tool_kind(result.records, gaps),
     )
     return summary, wall
+
+
+def _result_figures(median_gap_s: float | None, kinds: dict[str, Any]) -> dict[str, float]:
+    """The learnt median result gap, and per kind of advisory its outcomes (cancelled included: withdrawn, an
+    early skip among them) and mean lead time (NaN where none)."""
+    out = {"result_gap_median_s": math.nan if median_gap_s is None else median_gap_s}
+    for kind in ("tool_call", "tool_result"):
+        found = kinds.get(kind, {})
+        for outcome in ("used", "late", "wasted", "cancelled"):
+            out[f"{kind}_{outcome}"] = float(found.get("outcomes", {}).get(outcome, 0))
+        lead = found.get("mean_lead_time_s")
+        out[f"{kind}_lead_s"] = math.nan if lead is None else lead
+    return out
 
 
 def toolkv_experiment(
@@ -144,6 +172,7 @@ def toolkv_experiment(
     false_load: int | None = None,
     sessions_per_user: int = 2,
     think_time_s: float = 20.0,
+    result_gap: ResultGap | None = None,
     seed: int = 0,
     out_dir: Path | None = None,
     command: str = "",
@@ -152,6 +181,8 @@ def toolkv_experiment(
     """Run the experiment; returns the Markdown report (also written to `out_dir/toolkv.md` when given)."""
     runs: list[ToolKVRun] = []
     options: dict[str, Any] = {"seed": seed, "sessions_per_user": sessions_per_user, "think_time_s": think_time_s}
+    if result_gap is not None:
+        options["result_gap"] = result_gap
     for count in workers:
         for scale in tool_scales:
             for agents in loads:
@@ -182,7 +213,7 @@ def toolkv_experiment(
                 )
                 false_rows.append((count, scale, clean, noisy))
                 log(f"{count} workers, tools x{scale:g}, {at} agents, {false_rate:.0%} false hints: wall {wall:.1f} s")
-    text = _markdown(runs, false_rows, slo_p99_ttft_s, false_rate, cal, command)
+    text = _markdown(runs, false_rows, slo_p99_ttft_s, false_rate, cal, command, result_gap)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "toolkv.md").write_text(text)
@@ -217,10 +248,17 @@ def _markdown(
     false_rate: float,
     cal: Calibration,
     command: str,
+    result_gap: ResultGap | None = None,
 ) -> str:
     lines = [f"## {cal.label}: long-context agents with tool calls (issue 15)", ""]
     if command:
         lines += ["```bash", command, "```", ""]
+    if result_gap is not None:
+        lines += [
+            "The agents post each tool's result when the tool returns, then send the next request "
+            f"{result_gap.label()} later (every system: the same sessions).",
+            "",
+        ]
     groups: dict[tuple[int, float], list[RunSummary]] = {}
     for r in runs:
         groups.setdefault((r.workers, r.tool_scale), []).append(r.summary)
@@ -255,6 +293,8 @@ def _markdown(
             "",
         ]
         lines += _tool_kind_table(summaries)
+        if result_gap is not None:
+            lines += _results_table(summaries)
         verdicts += _verdicts(count, scale, summaries, served)
     if false_rows:
         lines += [
@@ -303,6 +343,35 @@ def _tool_kind_table(summaries: Sequence[RunSummary]) -> list[str]:
                 + " / ".join(f"{x[f'{kind}_{tier}_share']:.0%}" for tier in ("device", "host", "pool"))
             )
         lines.append(f"| {s.load:g} | {s.system} | {cells[0]} | {cells[1]} |")
+    return [*lines, ""]
+
+
+def _results_table(summaries: Sequence[RunSummary]) -> list[str]:
+    """What the lifecycle did with the posted tool results, for the systems that have it."""
+    rows = [s for s in summaries if "result_gap_median_s" in s.extra]
+    if not rows:
+        return []
+    lines = [
+        "The posted tool results (early: a scheduled prefetch fired at the result; skipped: dropped as unable to land "
+        "before the turn, which is then foreseen, not missed; cancelled includes those):",
+        "",
+        "| agents | system | results / fired early / skipped | learnt median gap s | tool_call advisories used / "
+        "late / wasted / cancelled, lead s | tool_result advisories used / late / wasted / cancelled, lead s "
+        "| missed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in sorted(rows, key=lambda s: (s.load, TOOLKV_SYSTEMS.index(s.system))):
+        x, adv = s.extra, s.advisories
+        cells = [
+            " / ".join(f"{x[f'{kind}_{o}']:.0f}" for o in ("used", "late", "wasted", "cancelled"))
+            + f", {x[f'{kind}_lead_s']:.2f}"
+            for kind in ("tool_call", "tool_result")
+        ]
+        lines.append(
+            f"| {s.load:g} | {s.system} | {adv.get('results_posted', 0)} / {adv.get('early', 0)} / "
+            f"{adv.get('early_skipped', 0)} | {x['result_gap_median_s']:.2f} | {cells[0]} | {cells[1]} "
+            f"| {adv.get('missed', 0)} |"
+        )
     return [*lines, ""]
 
 

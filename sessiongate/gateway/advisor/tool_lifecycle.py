@@ -13,7 +13,9 @@ between a turn's tool calls and the session's next turn, and the retain that kee
   was foreseen by a dropped early prefetch (then it is not counted missed).
 
 The advisories themselves (the book, the shared state, settling) stay the advisor's: this object only reads a
-decision into a `LiveAdvisory` or retains one. All of it is soft state, lost at restart and relearnt from the next
+decision into a `LiveAdvisory` or retains one. Everything but `retain` is pure, so the simulator
+(sessiongate/benchmarks/sim/toolkv.py) drives this same object, with no extension client, retaining on its own
+simulated workers. All of it is soft state, lost at restart and relearnt from the next
 tool calls; times are seconds on the advisor's clock, passed in (tests swap that clock on a running advisor).
 """
 
@@ -53,7 +55,7 @@ class ToolLifecycle:
         *,
         policy: ToolKVPolicy,
         stats: AdvisoryStats,
-        extension: ExtensionClient,
+        extension: ExtensionClient | None = None,
         cache_salt_for: Callable[[str], str] | None = None,
     ) -> None:
         self.policy = policy
@@ -89,6 +91,8 @@ class ToolLifecycle:
     ) -> bool:
         """Keep a short tool's KV on the device where it is; False when that worker holds none of it (the advisory
         is then a prefetch there)."""
+        if self.extension is None:
+            raise RuntimeError("ToolLifecycle.retain needs an extension client (the simulator retains on its own)")
         request = SessionKVRequest(
             messages=context,
             tools=tools,
