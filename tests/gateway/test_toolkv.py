@@ -388,6 +388,40 @@ async def test_a_bimodal_tool_retains_then_lets_go_and_prefetches_for_the_long_r
 
 
 @pytest.mark.anyio
+async def test_a_tool_result_during_the_retain_drops_the_long_kinds_prefetch(make_gateway: Any) -> None:
+    """The short kind returned, but the turn comes a while after its result: the retain must not lapse into the
+    prefetch planned for the long kind's return, after the tool has returned; the turn uses the retained KV."""
+    async with make_gateway(**{**FAST, "advisory_ttl_s": 5.0}) as gw:
+        clock = _fake_clock(gw)
+        for seconds in BIMODAL:
+            gw.state.advisor.tool_durations.record("default", "run_tests", seconds)
+        first, home = await _tool_turn(gw, "ret-1")
+        advisory = await _tool_call_advisory(gw, "ret-1")
+        decision = advisory.detail["tool_kv"]
+        assert decision["action"] == "keep_then_offload"
+
+        async def retained() -> bool:
+            return bool(gw.workers[home].kv_ops)
+
+        await eventually(retained)
+        call = first["choices"][0]["message"]["tool_calls"][0]
+        posted = await gw.client.post(
+            "/v1/sessions/ret-1/tool_results", json={"tool_call_id": call["id"], "content": "3 passed"}
+        )
+        assert posted.status_code == 202, posted.text
+        assert (posted.json()["advisory"]["state"], posted.json()["advisory"]["id"]) == ("refreshed", advisory.id)
+
+        clock.now += decision["fire_in_s"] + 0.01  # past the retain and past the long kind's planned prefetch
+        await asyncio.sleep(0.3)  # the advisor's ticks run
+        assert _prefetches(gw) == {"worker-a": 0, "worker-b": 0}
+        second = await _next_turn(gw, "ret-1", first)
+        assert second["worker"] == home
+        (settled,) = await _settled(gw, "ret-1")
+        assert (settled.kind, settled.outcome) == ("tool_call", "used")
+        assert gw.state.advisor.stats.report()["tool_kv"] == {"keep_then_offload": 1, "returned_in_retain": 1}
+
+
+@pytest.mark.anyio
 async def test_a_tool_result_too_close_to_its_turn_does_not_fire_the_prefetch(make_gateway: Any) -> None:
     async with make_gateway(**FAST) as gw:
         clock = _fake_clock(gw)

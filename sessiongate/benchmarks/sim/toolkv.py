@@ -135,6 +135,8 @@ class SimToolKV:
             return "fired"
         worker: WorkerView | None = None
         if live is not None:
+            if kind == "tool_result":
+                self.lifecycle.returned_in_retain(live)
             keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
             worker = c.policy.choose(c._route_for_hint(session_id, now, keep), c._views())
             if worker.id == live.worker_id or not lands:

@@ -263,6 +263,8 @@ class Advisor:
             self.stats.tool_kv_event("early")
             return self._answer(live, "fired", now)
         if live is not None:
+            if kind == "tool_result":
+                self.tools.returned_in_retain(live)
             # Where would the request go now? The live advisory's worker is offered as a reservation, so a policy
             # that honours reservations keeps it while it is still a good choice (no thrashing between equals).
             keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)

@@ -8,7 +8,8 @@ between a turn's tool calls and the session's next turn, and the retain that kee
 - that advisory fires as a retain: `retain`, the one worker call here (a fallback to a prefetch when the worker
   holds none of the KV);
 - a tool result is posted: `durations` learns the call's time, `result_posted` notes when, and `early_fire_lands`
-  says whether a prefetch fired now could land before the next turn (else `skipped_early`);
+  says whether a prefetch fired now could land before the next turn (else `skipped_early`); a keep_then_offload
+  advisory still retaining drops its long-kind prefetch (`returned_in_retain`);
 - the session's next turn: `turn_began` learns the result-to-turn gap (`result_gaps`) and says whether the turn
   was foreseen by a dropped early prefetch (then it is not counted missed).
 
@@ -110,6 +111,14 @@ class ToolLifecycle:
             advisory.action = "prefetch"
             return False
         return True
+
+    def returned_in_retain(self, advisory: LiveAdvisory) -> None:
+        """A tool result for a fired advisory: if it is keep_then_offload's retain, still holding the KV on its
+        device, the prefetch planned for the long kind's return would come after the tool has returned (a posted
+        result teaches the tool's time, not the time to the turn), so it is dropped: the turn uses the retain."""
+        if advisory.then_fire_at is not None:
+            advisory.then_fire_at = None
+            self.stats.tool_kv_event("returned_in_retain")
 
     def result_posted(self, session_id: str, tenant_id: str, now: float) -> None:
         """A tool result was signalled: the gap to the session's next turn is learnt when that turn arrives."""
