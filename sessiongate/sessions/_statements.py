@@ -56,7 +56,7 @@ SESSION_BY_ID = select(Session).where(Session.id == bindparam("p_session"))
 
 # begin_turn
 
-CLAIM_SEQ = (
+_CLAIM = (
     update(Session)
     .where(
         Session.id == bindparam("p_session"),
@@ -64,21 +64,14 @@ CLAIM_SEQ = (
         Session.state == "active",
     )
     .values({Session.turn_count: Session.turn_count + 1, Session.last_active_at: later(Session.last_active_at, _AT)})
-    .returning(Session.turn_count, Session.context_digest, Session.context_length, Session.priority)
 )
+CLAIM_SEQ = _CLAIM.returning(Session.turn_count, Session.context_digest, Session.context_length, Session.priority)
 # The same claim when this store knows the row (`turns.StoreMemory`): every value the claim returns is checked.
-CLAIM_KNOWN_SEQ = (
-    update(Session)
-    .where(
-        Session.id == bindparam("p_session"),
-        Session.tenant_id == bindparam("p_tenant"),
-        Session.state == "active",
-        Session.turn_count == bindparam("p_turn_count"),
-        Session.context_digest == bindparam("p_digest"),
-        Session.context_length == bindparam("p_length"),
-        Session.priority == bindparam("p_priority"),
-    )
-    .values({Session.turn_count: Session.turn_count + 1, Session.last_active_at: later(Session.last_active_at, _AT)})
+CLAIM_KNOWN_SEQ = _CLAIM.where(
+    Session.turn_count == bindparam("p_turn_count"),
+    Session.context_digest == bindparam("p_digest"),
+    Session.context_length == bindparam("p_length"),
+    Session.priority == bindparam("p_priority"),
 )
 SESSION_OWNER = select(Session.tenant_id, Session.state).where(Session.id == bindparam("p_session"))
 SESSION_OWNERS = select(Session.id, Session.tenant_id).where(Session.id.in_(bindparam("p_sessions", expanding=True)))

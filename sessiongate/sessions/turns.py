@@ -198,8 +198,7 @@ def _claim_seq(
     relies on (a row another writer changed meanwhile matches no row, and the claim reads it back instead): on
     SQLite an UPDATE with RETURNING runs through a temporary table, which cost about as much as the UPDATE."""
     params = {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at}
-    known = memory.session(session_id) if memory is not None else None
-    if known is not None:
+    if memory is not None and (known := memory.session(session_id)) is not None:
         checked = {
             **params,
             "p_turn_count": known.turn_count,
@@ -209,7 +208,6 @@ def _claim_seq(
         }
         if raw.count(conn, sql.CLAIM_KNOWN_SEQ, checked):
             claimed = _Claimed(known.turn_count + 1, known.digest, known.length, known.priority)
-            assert memory is not None
             memory.remember_session(session_id, claimed)
             return claimed.turn_count, claimed.digest, claimed.length, claimed.priority
     rows = raw.execute(conn, sql.CLAIM_SEQ, params)

@@ -342,23 +342,39 @@ class _Cluster:
             self.stats.skipped(kind)
             return
         worker = worker or self.policy.choose(self._route_for_hint(session_id, now, None), self._views())
-        self._advisory_ids += 1
-        advisory = LiveAdvisory(
-            id=f"adv-{self._advisory_ids}",
-            session_id=session_id,
-            tenant_id=TENANT,
-            kind=kind,
-            worker_id=worker.id,
-            worker_url=worker.url,
-            target=tier,
-            created_at=now,
-            fire_at=now,
-            expires_at=now + self.book.ttl_s,
-        )
+        advisory = self._new_advisory(session_id, TENANT, kind, worker, tier, now, fire_at=now)
         self.book.add(advisory)
         for due in self.book.due(now):
             self._fire(due)
         self.loop.at(advisory.expires_at, self._expire)
+
+    def _new_advisory(
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        worker: WorkerView,
+        target: str,
+        now: float,
+        *,
+        fire_at: float,
+        expires_in_s: float = 0.0,
+    ) -> LiveAdvisory:
+        """A `LiveAdvisory` as `Advisor._signal` makes one (numbered in order), expiring the ttl plus
+        `expires_in_s` from now; not yet in the book."""
+        self._advisory_ids += 1
+        return LiveAdvisory(
+            id=f"adv-{self._advisory_ids}",
+            session_id=session_id,
+            tenant_id=tenant_id,
+            kind=kind,
+            worker_id=worker.id,
+            worker_url=worker.url,
+            target=target,
+            created_at=now,
+            fire_at=fire_at,
+            expires_at=now + self.book.ttl_s + expires_in_s,
+        )
 
     def _route_for_hint(self, session_id: str, now: float, reservation: Reservation | None) -> RouteRequest:
         """`Router.route_request` with no messages: the belief's context is the prompt estimate."""

@@ -67,8 +67,19 @@ class _Cluster(Protocol):
     stats: AdvisoryStats
     policy: RoutingPolicy
     by_id: dict[str, SimWorker]
-    _advisory_ids: int
 
+    def _new_advisory(
+        self,
+        session_id: str,
+        tenant_id: str,
+        kind: str,
+        worker: WorkerView,
+        target: str,
+        now: float,
+        *,
+        fire_at: float,
+        expires_in_s: float = 0.0,
+    ) -> LiveAdvisory: ...
     def _route_for_hint(self, session_id: str, now: float, reservation: Reservation | None) -> RouteRequest: ...
     def _views(self) -> Sequence[WorkerView]: ...
     def _fire(self, advisory: LiveAdvisory) -> None: ...
@@ -153,19 +164,7 @@ class SimToolKV:
             c.stats.skipped(kind)
             return "skipped"
         worker = worker or c.policy.choose(c._route_for_hint(session_id, now, None), c._views())
-        c._advisory_ids += 1
-        advisory = LiveAdvisory(
-            id=f"adv-{c._advisory_ids}",
-            session_id=session_id,
-            tenant_id=tenant_id,
-            kind=kind,
-            worker_id=worker.id,
-            worker_url=worker.url,
-            target=tier,
-            created_at=now,
-            fire_at=now + fire_in_s,
-            expires_at=now + c.book.ttl_s,
-        )
+        advisory = c._new_advisory(session_id, tenant_id, kind, worker, tier, now, fire_at=now + fire_in_s)
         c.book.add(advisory)
         for due in c.book.due(now):
             c._fire(due)
@@ -193,18 +192,15 @@ class SimToolKV:
         if decision.action != "offload" and home is not None:
             worker = c.by_id[home].view()  # the KV stays where it is
         worker = worker or c.policy.choose(c._route_for_hint(session_id, now, None), c._views())
-        c._advisory_ids += 1
-        advisory = LiveAdvisory(
-            id=f"adv-{c._advisory_ids}",
-            session_id=session_id,
-            tenant_id=tenant_id,
-            kind="tool_call",
-            worker_id=worker.id,
-            worker_url=worker.url,
-            target=tier,
-            created_at=now,
+        advisory = c._new_advisory(
+            session_id,
+            tenant_id,
+            "tool_call",
+            worker,
+            tier,
+            now,
             fire_at=now + fire_in_s,
-            expires_at=now + c.book.ttl_s + decision.predicted_s,
+            expires_in_s=decision.predicted_s,
         )
         if decision.action != "offload":
             advisory.action, advisory.retain_s = "retain", decision.retain_s
