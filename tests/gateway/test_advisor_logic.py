@@ -143,7 +143,7 @@ def test_a_keep_then_offload_retain_lapses_into_a_scheduled_prefetch() -> None:
     assert book.lapse(1.0) == []  # its answer has not come
     advisory.ready_at = 0.1
     assert book.lapse(1.9) == []  # still held
-    assert book.reservation("s", 1.9) is not None
+    assert book.reservation("s", 1.9) is None  # the KV is resident there: the router's score sees it, no bias
     assert book.lapse(2.0) == [advisory]
     assert (advisory.action, advisory.fired, advisory.ready_at, advisory.fire_at) == ("prefetch", False, None, 9.0)
     assert book.reservation("s", 2.0) is None  # unprotected: the router is free until the prefetch fires

@@ -363,7 +363,7 @@ async def test_a_bimodal_tool_retains_then_lets_go_and_prefetches_for_the_long_r
 
         await eventually(retained)  # the short kind: retained where it is, at once
         assert gw.workers[home].kv_ops == [("retain", "both-1")]
-        assert gw.state.advisor.reservation("both-1") is not None
+        assert gw.state.advisor.reservation("both-1") is None  # resident there: the router's score sees it
 
         clock.now += decision["retain_s"] + 0.01  # the session did not come back within the short kind
 
