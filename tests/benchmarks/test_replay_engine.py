@@ -13,6 +13,7 @@ from sessiongate.benchmarks.replay.driver import ReplayOptions, replay
 from sessiongate.benchmarks.replay.systems import SYSTEMS, ClusterConfig, running_stack
 from sessiongate.benchmarks.replay.text import SyntheticText
 from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
+from sessiongate.sglang_ext.models import model_dir
 from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport
 
 pytestmark = pytest.mark.engine
@@ -49,7 +50,7 @@ def test_replay_on_real_workers_reuses_the_cache(tmp_path: Path) -> None:
         for url in stack.worker_urls:
             load = LoadReport.model_validate(httpx.get(f"{url}{LOAD_PATH}", timeout=30).json())
             assert (load.device_kv_tokens_used, load.host_kv_tokens_used) == (0, 0)
-        records = anyio.run(run, stack.url, cluster.state_dir / "models" / "tiny" / "tokenizer.json")
+        records = anyio.run(run, stack.url, model_dir(cluster.state_dir, "tiny") / "tokenizer.json")
         stats = stack.advisory_stats()
 
     assert len(records) == 6

@@ -21,7 +21,8 @@ import pytest
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
 from sessiongate.sglang_ext.hardware import cores_per_worker
-from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess
+from tests.conftest import running_workers
 
 pytestmark = [pytest.mark.engine, pytest.mark.anyio]
 
@@ -35,28 +36,13 @@ def workers(
 ) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
     root = tmp_path_factory.mktemp("advisor-engine")
     pool = root / "pool"
-    first = WorkerConfig(state_dir=root / "w1", port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2))
-    processes = [start_worker(first)]
-    try:
-        processes[0].wait_ready(300)
-        # The same model (the first worker generated it): KV keys, and so the shared pool, are per model.
-        model = first.state_dir / "models" / first.model_size
-        processes.append(
-            start_worker(
-                WorkerConfig(
-                    state_dir=root / "w2",
-                    port=free_port(),
-                    pool_dir=pool,
-                    model_path=model,
-                    cpu_threads=cores_per_worker(2),
-                )
-            )
-        )
-        processes[1].wait_ready(300)
-        yield processes[0], processes[1]
-    finally:
-        for process in processes:
-            process.stop()
+    # One model for both (the session's shared models directory): KV keys, and so the shared pool, are per model.
+    configs = [
+        WorkerConfig(state_dir=root / name, port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2))
+        for name in ("w1", "w2")
+    ]
+    with running_workers(*configs) as (first, second):
+        yield first, second
 
 
 @pytest.fixture

@@ -37,6 +37,8 @@ from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.models import model_dir
+from sessiongate.sglang_ext.worker_process import stop_all
 
 # Starting two workers alone took over 10 minutes on the shared 2-core machine under load: the default 600 s
 # limit (which covers the module fixture's setup too) is too short there.
@@ -75,7 +77,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], in
             state_dir=root / "w2",
             port=free_port(),
             pool_dir=pool,
-            model_path=first.state_dir / "models" / first.model_size,
+            model_path=model_dir(first.state_dir, first.model_size),
             cpu_threads=cores_per_worker(2),
         )
         processes.append(start_worker(second))
@@ -83,8 +85,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], in
             process.wait_ready(1200)
         yield Cluster((processes[0], processes[1]), pool, first.page_size)
     finally:
-        for process in processes:
-            process.stop()
+        stop_all(processes)
 
 
 GatewayFactory = Callable[..., contextlib.AbstractAsyncContextManager[httpx.AsyncClient]]

@@ -17,6 +17,7 @@ from sessiongate.benchmarks.processes import GatewayServer
 from sessiongate.sdk._sse import iter_events
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.worker_process import stop_all
 
 pytestmark = pytest.mark.engine
 
@@ -37,8 +38,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], in
             worker.wait_ready(300)
         yield started
     finally:
-        for worker in started:
-            worker.stop()
+        stop_all(started)
 
 
 @pytest.fixture

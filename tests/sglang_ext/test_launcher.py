@@ -11,6 +11,7 @@ import pytest
 from sessiongate.sglang_ext.cpu_compat import SITE_DIR
 from sessiongate.sglang_ext.hardware import cores_per_worker, has_cuda
 from sessiongate.sglang_ext.launcher import build_command, build_env, resolve_config
+from sessiongate.sglang_ext.models import MODELS_DIR_ENV
 from sessiongate.sglang_ext.mooncake import MasterConfig, build_master_command
 from sessiongate.sglang_ext.plugin import TINY_TOOL_CALL_PARSER
 from sessiongate.sglang_ext.tiny_model import make_model
@@ -19,6 +20,19 @@ from sessiongate.sglang_ext.worker_config import WorkerConfig, parse_worker_conf
 
 def flag_value(command: list[str], flag: str) -> str:
     return command[command.index(flag) + 1]
+
+
+@pytest.fixture(autouse=True)
+def _models_in_each_state_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's own default (the test session shares one models directory: tests/conftest.py)."""
+    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
+
+
+def test_a_shared_models_directory_holds_the_named_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path / "shared"))
+    for name in ("w1", "w2"):
+        command = build_command(WorkerConfig(state_dir=tmp_path / name, device="cpu"))
+        assert flag_value(command, "--model-path") == str(tmp_path / "shared" / "tiny")
 
 
 @pytest.fixture

@@ -20,7 +20,9 @@ import pytest
 
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.models import model_dir
 from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import answer, chat, long_system_prompt, prefetch, wait_finished
 
@@ -80,8 +82,7 @@ def pool(worker_state_dir: Path, free_ports: Callable[[], int]) -> Iterator[Pool
         ):
             yield Pool(master, a, b, workers[0], workers[1])
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
         master.stop()
 
 
@@ -105,7 +106,7 @@ def test_a_session_moves_to_another_worker_through_mooncake(pool: Pool) -> None:
     new_keys = wait_for_new_keys(pool.master, before)
     # The same hashed page keys as the file pool, prefixed with the served model and the digest of its KV layout
     # (`sglang_ext.pool_namespace`; SGLang's MooncakeStore stores K and V of a page under two keys).
-    model = pool.a_process.config.model_path or pool.a_process.config.state_dir / "models" / "tiny"
+    model = pool.a_process.config.model_path or model_dir(pool.a_process.config.state_dir, "tiny")
     namespaces = {key.split("_", 1)[0] for key in new_keys}
     assert len(namespaces) == 1
     assert re.fullmatch(re.escape("-".join(str(model).split("/"))) + r"-sg[0-9a-f]{12}", namespaces.pop())

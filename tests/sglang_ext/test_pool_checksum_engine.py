@@ -18,6 +18,7 @@ import pytest
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import CHECKED_FILE_BACKEND, WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.protocol import PrefetchAccepted, PrefetchStatus
+from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import answer, chat, long_system_prompt, prefetch, wait_finished
 
@@ -74,8 +75,7 @@ def workers(
         ):
             yield a, b
     finally:
-        for worker in started:
-            worker.stop()
+        stop_all(started)
 
 
 def test_checked_pages_are_served_from_the_pool(workers: tuple[httpx.Client, httpx.Client], pool_dir: Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
 from sessiongate.sglang_ext.pool_namespace import PoolLayout, namespaced_model_name
+from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import prefetch, wait_finished
 
@@ -73,8 +74,7 @@ def two_dtypes(
             worker.wait_ready(300)
         yield workers[0].url, workers[1].url, pool
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
 
 
 @pytest.mark.engine

@@ -34,6 +34,7 @@ from sessiongate.sglang_ext.protocol import (
     PrefetchAccepted,
     PrefetchStatus,
 )
+from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import chat, long_system_prompt, prefetch, wait_finished
 
@@ -72,8 +73,7 @@ def worker_processes(
         second.wait_ready(READY_TIMEOUT)
         yield first, second
     finally:
-        first.stop()
-        second.stop()
+        stop_all([first, second])
 
 
 @pytest.fixture(scope="module")

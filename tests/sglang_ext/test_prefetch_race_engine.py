@@ -26,6 +26,7 @@ import pytest
 from sessiongate.sglang_ext.cpu_compat import H2D_DELAY_ENV
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import prefetch, wait_finished
 
@@ -63,8 +64,7 @@ def race_workers(
         late.wait_ready(READY_TIMEOUT)
         yield reference.url, late.url
     finally:
-        reference.stop()
-        late.stop()
+        stop_all([reference, late])
 
 
 @pytest.fixture(scope="module")

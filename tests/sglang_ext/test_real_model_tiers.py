@@ -35,6 +35,7 @@ import pytest
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import prefetch, wait_finished
 
@@ -150,8 +151,7 @@ def running(*configs: WorkerConfig) -> Iterator[list[httpx.Client]]:
         with contextlib.ExitStack() as stack:
             yield [stack.enter_context(httpx.Client(base_url=p.url, timeout=300.0)) for p in processes]
     finally:
-        for process in processes:
-            process.stop()
+        stop_all(processes)
 
 
 def test_every_tier_of_the_file_pool_gives_the_recomputed_tokens(

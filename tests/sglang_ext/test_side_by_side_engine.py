@@ -14,7 +14,7 @@ import pytest
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.ports import PortClaims
-from sessiongate.sglang_ext.worker_process import wait_all_ready
+from sessiongate.sglang_ext.worker_process import stop_all, wait_all_ready
 
 pytestmark = pytest.mark.engine
 
@@ -45,7 +45,6 @@ def test_workers_started_at_once_all_come_up(
         listening = [worker.config.port for worker in started] + [worker.config.nccl_port for worker in started]
         assert len(set(listening)) == 2 * WORKERS, listening
     finally:
-        for worker in started:
-            worker.stop()
+        stop_all(started)
     claims_dir = PortClaims().directory
     assert not any((claims_dir / str(port)).exists() for port in listening)  # released on stop

@@ -18,6 +18,7 @@ import pytest
 from sessiongate.sdk._sse import iter_events
 from sessiongate.sglang_ext.hardware import has_cuda
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.models import model_dir
 from sessiongate.sglang_ext.protocol import INFO_PATH, WorkerInfo
 
 pytestmark = pytest.mark.engine
@@ -68,7 +69,7 @@ def test_plugin_info_endpoint(client: httpx.Client, worker: WorkerProcess) -> No
     assert info.sglang_version == "0.5.23"
     assert info.cpu_compat is not has_cuda()
     assert info.page_size == worker.config.page_size
-    assert info.model_path == str(worker.config.state_dir / "models" / "tiny")
+    assert info.model_path == str(model_dir(worker.config.state_dir, "tiny"))
     assert info.hierarchical_cache is True
     assert info.storage_backend == "file"
 

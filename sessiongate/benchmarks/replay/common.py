@@ -28,7 +28,7 @@ from sessiongate.benchmarks.workloads import (
     sharegpt_sessions,
 )
 from sessiongate.sglang_ext.hardware import cores_per_worker
-from sessiongate.sglang_ext.models import MODELS
+from sessiongate.sglang_ext.models import MODELS, model_dir
 
 from .driver import TOOL_CALL_MAX_TOKENS, ReplayResult
 from .systems import ClusterConfig, kv_bytes_per_token
@@ -134,7 +134,7 @@ async def model_name(client: httpx.AsyncClient) -> str:
 
 
 def synthetic_text(args: argparse.Namespace) -> SyntheticText:
-    tokenizer = args.state_dir / "models" / args.model_size / "tokenizer.json"
+    tokenizer = model_dir(args.state_dir, args.model_size) / "tokenizer.json"
     return SyntheticText.for_tokenizer(tokenizer) if tokenizer.is_file() else SyntheticText()
 
 
