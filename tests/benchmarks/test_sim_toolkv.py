@@ -11,8 +11,8 @@ import pytest
 from sessiongate.benchmarks.sim import SYSTEMS, h100_llama8b, simulate
 from sessiongate.benchmarks.sim.agent_long import ResultGap, closed_loop_users, long_agent_sessions
 from sessiongate.benchmarks.sim.engine import PrefetchResult, SimWorker, _Tier
-from sessiongate.benchmarks.sim.toolkv_experiment import toolkv_experiment
-from sessiongate.benchmarks.workloads import SessionTrace, Turn, agent_sessions
+from sessiongate.benchmarks.sim.toolkv_experiment import FalseHintRun, _markdown, _run, toolkv_experiment
+from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn, agent_sessions
 from sessiongate.gateway.advisor.quality import HintQuality
 
 from .test_sim import SIMPLE
@@ -263,6 +263,44 @@ def test_the_experiment_reports_every_target() -> None:
     for target in ("target >= 1.5x", "target >= 3x", "target >= 2x", "target <= 2%"):
         assert target in text
     assert text.count("NOT met") + text.count(": met") == 4
+
+
+def test_the_false_hint_cost_is_the_mean_over_its_seeds() -> None:
+    text = toolkv_experiment(
+        h100_llama8b(),
+        workers=[2],
+        loads=[3],
+        systems=("kv_aware+toolkv",),
+        sessions_per_user=1,
+        false_seeds=2,
+        log=lambda _: None,
+    )
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| 2 | x1 | 3 | ")]
+    assert [row[3] for row in rows] == ["0", "1"]  # each seed run with and without the false hints
+    assert "the mean of 2 seeds" in text
+
+    # The verdict is on the mean: one seed at +1% and one at +4% is +2.5%, over the target.
+    clean = _run(
+        "kv_aware+toolkv",
+        3,
+        h100_llama8b(),
+        workers=2,
+        tool_scale=1.0,
+        hints=HintModel(),
+        seed=0,
+        sessions_per_user=1,
+        think_time_s=20.0,
+    )[0]
+    rate = clean.extra["output_tokens_per_s"]
+
+    def costing(share: float, seed: int) -> FalseHintRun:
+        noisy = dataclasses.replace(clean, extra={**clean.extra, "output_tokens_per_s": rate * (1 - share)})
+        return FalseHintRun(2, 1.0, seed, clean, noisy)
+
+    both = _markdown([], [costing(0.01, 0), costing(0.04, 1)], 10.0, 0.6, h100_llama8b(), "")
+    assert "cost +2.5% throughput, the mean of 2 seeds (+1.0%, +4.0%) (target <= 2%): NOT met" in both
+    one = _markdown([], [costing(0.01, 0)], 10.0, 0.6, h100_llama8b(), "")
+    assert "cost +1.0% throughput, the mean of 1 seed (+1.0%) (target <= 2%): met" in one
 
 
 @pytest.mark.parametrize("system", ["dynamo_cost", "kv_aware+toolkv"])

@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host-kv-tokens", type=int, default=None)
     parser.add_argument("--lead", type=float, default=HintModel().lead_s)
     parser.add_argument("--false-rate", type=float, default=0.0)
+    parser.add_argument(
+        "--false-seeds", type=int, default=3, help="toolkv: samples of sessions the false-hint cost is the mean of"
+    )
     parser.add_argument("--missed-rate", type=float, default=0.0)
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default=None)
     parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=None, help="a named experiment")
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             **({"systems": systems} if systems else {}),
             slo_p99_ttft_s=args.slo_p99_ttft or 10.0,
             false_rate=args.false_rate or 0.6,
+            false_seeds=args.false_seeds,
             sessions_per_user=args.sessions_per_user,
             think_time_s=args.think_time,
             seed=args.seed,
