@@ -127,7 +127,7 @@ def run_up(args: argparse.Namespace) -> int:
     from sessiongate.sglang_ext.hardware import cores_per_worker, gpu_ids, gpus_for_workers
     from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
     from sessiongate.sglang_ext.mooncake import MasterConfig, start_master
-    from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError, wait_all_ready
+    from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError, stop_all, wait_all_ready
 
     state_dir = Path(args.state_dir).resolve()
     logs = state_dir / "logs"
@@ -217,13 +217,12 @@ def run_up(args: argparse.Namespace) -> int:
         print("\nstopping ...", flush=True)
         return 0
     finally:
-        # In the reverse order of their start (the gateway first, the Mooncake master last), but the workers' drains
-        # side by side: each SGLang server takes seconds to shut down.
-        stopping = list(reversed(started))
-        for child in stopping:
-            if isinstance(child, WorkerProcess):
-                for other in stopping:
-                    if isinstance(other, WorkerProcess):
-                        other.begin_stop()
-            child.stop()
+        # In the reverse order of their start (the gateway first, the Mooncake master last), the workers together:
+        # their drains side by side, each SGLang server taking seconds to shut down.
+        running = [child for child in started if isinstance(child, WorkerProcess)]
+        for child in reversed(started):
+            if not isinstance(child, WorkerProcess):
+                child.stop()
+            elif child is running[-1]:  # the first worker reached
+                stop_all(running)
         print("stopped", flush=True)

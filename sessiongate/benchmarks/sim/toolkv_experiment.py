@@ -9,8 +9,8 @@ outcomes; and, for kv_aware and ours, TTFT and the prompt's tiers on the turns a
 Then sessions served at the p99 TTFT bound (`served_at_slo`: the most agents before the first load that misses),
 and the false-hint cost: `kv_aware+toolkv` at `false_load` (default: the most agents) with `false_rate` of its
 hints false against none, throughput as output tokens per second of the run, the mean over `false_seeds` samples of
-sessions. `toolkv.md` states each of the
-issue's targets as met or not, with the figures; `toolkv.json` keeps every summary.
+sessions. `toolkv.md` states each of the issue's targets as met or not, with the figures; `toolkv.json` keeps every
+summary.
 
 With a `result_gap`, the agents post each tool's result when the tool returns and send the next request that gap
 later (`agent_long.ResultGap`; every system gets the same sessions, so the baselines' rounds are as much longer),
@@ -221,13 +221,14 @@ def toolkv_experiment(
         at = false_load or max(loads)  # the most agents: throughput is capacity-bound there, not think-bound
         for count in workers:
             for scale in tool_scales:
+                # The first seed's run without false hints is the sweep's own, when the sweep had that load.
+                done = [
+                    r.summary
+                    for r in runs
+                    if (r.workers, r.tool_scale, r.summary.system, r.summary.load) == (count, scale, OURS, at)
+                ]
                 for index in range(max(1, false_seeds)):
                     seeded = {**options, "seed": seed + index}
-                    done = [
-                        r.summary
-                        for r in runs
-                        if (r.workers, r.tool_scale, r.summary.system, r.summary.load) == (count, scale, OURS, at)
-                    ]
                     clean = (
                         done[0]
                         if done and index == 0
