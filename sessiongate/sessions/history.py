@@ -9,7 +9,9 @@ but are not part of the context, so a retried user message is recorded again.
 
 The store does not read the context back for every request: it keeps the context's `context_digest` (a sha256
 chain over the normalised messages) and its length, and `split_delta_by_digest` compares the start of a request
-with those. `split_delta` is the same decision against the messages themselves.
+with those. `split_delta` is the same decision against the messages themselves. `starts_with_context` takes the
+request's messages normalised and, when the caller remembers the context's normalised messages, compares with them
+instead of hashing the resent history (a turn resends all of it: hashing it was most of what the check cost).
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ __all__ = [
     "context_digest",
     "context_messages",
     "extend_digest",
+    "extend_normalised",
+    "message_chars",
     "normalise_message",
     "requested_tool_calls",
     "split_delta",
     "split_delta_by_digest",
+    "starts_with_context",
     "tool_results",
 ]
 
@@ -171,10 +176,15 @@ def extend_digest(digest: str, messages: Iterable[Mapping[str, Any]]) -> str:
     Each message moves the digest to sha256(previous digest + JSON of `normalise_message`), so two contexts
     have the same digest exactly when their messages compare equal one by one (barring collisions).
     """
+    return extend_normalised(digest, map(normalise_message, messages))
+
+
+def extend_normalised(digest: str, normalised: Iterable[NormalisedMessage]) -> str:
+    """`extend_digest` for messages already normalised."""
     state = bytes.fromhex(digest)
-    for message in messages:
+    for message in normalised:
         step = hashlib.sha256(state)
-        step.update(_digest_json(normalise_message(message)))  # not `state + ...`: a long message is not copied
+        step.update(_digest_json(message))  # not `state + ...`: a long message is not copied
         state = step.digest()
     return state.hex()
 
@@ -192,9 +202,33 @@ def context_digest(messages: Iterable[Mapping[str, Any]]) -> str:
 
 def split_delta_by_digest(digest: str, length: int, messages: Sequence[Mapping[str, Any]]) -> Delta:
     """`split_delta` against a context known only by its digest and its length in messages."""
-    if len(messages) >= length and context_digest(messages[:length]) == digest:
+    if starts_with_context(digest, length, [normalise_message(message) for message in messages]):
         return Delta(input_messages=[dict(message) for message in messages[length:]], context_reset=False)
     return Delta(input_messages=[dict(message) for message in messages], context_reset=True)
+
+
+def starts_with_context(
+    digest: str,
+    length: int,
+    normalised: list[NormalisedMessage],
+    known: list[NormalisedMessage] | None = None,
+) -> bool:
+    """Whether a request whose messages, normalised, are `normalised` starts with the context of digest `digest`
+    and `length` messages. `known`: that context's normalised messages, when the caller remembers them; they are
+    compared (one list comparison) instead of hashing the request's first `length` messages."""
+    if len(normalised) < length:
+        return False
+    if not length:
+        return digest == EMPTY_DIGEST
+    if known is not None:
+        return normalised[:length] == known
+    return extend_normalised(EMPTY_DIGEST, normalised[:length]) == digest
+
+
+def message_chars(message: NormalisedMessage) -> int:
+    """About how much memory a normalised message holds, in characters: its text and its calls' arguments."""
+    calls = message[2]
+    return len(message[1]) + sum(len(arguments) for _, _, arguments in calls) if calls else len(message[1])
 
 
 def tool_results(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:

@@ -46,6 +46,7 @@ from .models import Advisory, Session, ToolCall, Turn
 from .records import TurnAdvisory, TurnRecord
 
 __all__ = [
+    "RememberedContext",
     "StoreMemory",
     "begin_turn",
     "complete_turn",
@@ -91,11 +92,29 @@ def context_turns_statement(session_id: str) -> Select[tuple[int, str, bool, lis
 
 
 @dataclass(frozen=True, slots=True)
+class RememberedContext:
+    """A session's context as its normalised messages, with their digest and count (`messages` is `length` long)
+    and about how many characters they hold (`history.message_chars`)."""
+
+    digest: str
+    length: int
+    messages: list[history.NormalisedMessage]
+    chars: int
+
+    def extended(self, added: Sequence[history.NormalisedMessage]) -> RememberedContext:
+        return RememberedContext(
+            history.extend_normalised(self.digest, added),
+            self.length + len(added),
+            [*self.messages, *added],
+            self.chars + sum(map(history.message_chars, added)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class _Begun:
     values: dict[str, Any]  # the turn's row as inserted (the keys of `_convert.pending_turn_record`)
     base: tuple[str, int] | None  # the session's context (digest, length) the turn extends; None: it restarts it
-    digest: str  # the context's digest with the turn's input messages
-    length: int
+    context: RememberedContext  # the context with the turn's input messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +128,24 @@ class _Claimed:
     priority: int
 
 
-class StoreMemory:
-    """What this store knows from its own writes, newest last: the turns it began and has not ended, and the
-    sessions' rows as its last turns left them. Soft state: what is evicted, or made wrong by another writer, costs
-    only the general path (each use is checked by the statement that relies on it)."""
+# How many characters of contexts `StoreMemory` keeps at most (the normalised messages share the strings of the requests
+# they came from; a character is a byte or more): the sessions served least recently give theirs up first.
+MAX_CONTEXT_CHARS = 64_000_000
 
-    def __init__(self, max_entries: int = 10_000) -> None:
+
+class StoreMemory:
+    """What this store knows from its own writes, newest last: the turns it began and has not ended, the sessions'
+    rows as its last turns left them, and their contexts' normalised messages. Soft state: what is evicted, or made
+    wrong by another writer, costs only the general path (each use is checked by the statement that relies on it;
+    a context is used only for the digest and length that the session's row has)."""
+
+    def __init__(self, max_entries: int = 10_000, max_context_chars: int = MAX_CONTEXT_CHARS) -> None:
         self._turns: OrderedDict[str, _Begun] = OrderedDict()
         self._sessions: OrderedDict[str, _Claimed] = OrderedDict()
+        self._contexts: OrderedDict[str, RememberedContext] = OrderedDict()
+        self._context_chars = 0
         self._max_entries = max_entries
+        self._max_context_chars = max_context_chars
 
     def add(self, turn_id: str, begun: _Begun) -> None:
         self._turns[turn_id] = begun
@@ -136,13 +164,39 @@ class StoreMemory:
         while len(self._sessions) > self._max_entries:
             self._sessions.popitem(last=False)
 
-    def move_context(self, session_id: str, digest: str, length: int) -> None:
+    @property
+    def context_chars(self) -> int:
+        """The characters of the contexts kept now."""
+        return self._context_chars
+
+    def context(self, session_id: str, digest: str, length: int) -> RememberedContext | None:
+        """The session's context if it is the one of this digest and length."""
+        known = self._contexts.get(session_id)
+        if known is None or known.digest != digest or known.length != length:
+            return None
+        return known
+
+    def move_context(self, session_id: str, context: RememberedContext) -> None:
         known = self._sessions.get(session_id)
         if known is not None:
-            self._sessions[session_id] = _Claimed(known.turn_count, digest, length, known.priority)
+            self._sessions[session_id] = _Claimed(known.turn_count, context.digest, context.length, known.priority)
+        self._forget_context(session_id)
+        if context.chars > self._max_context_chars:
+            return
+        self._contexts[session_id] = context
+        self._context_chars += context.chars
+        while self._context_chars > self._max_context_chars or len(self._contexts) > self._max_entries:
+            _, oldest = self._contexts.popitem(last=False)
+            self._context_chars -= oldest.chars
 
     def forget_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+        self._forget_context(session_id)
+
+    def _forget_context(self, session_id: str) -> None:
+        known = self._contexts.pop(session_id, None)
+        if known is not None:
+            self._context_chars -= known.chars
 
 
 def begin_turn(
@@ -166,25 +220,38 @@ def begin_turn(
         _raise_not_active(conn, session_id, tenant_id, create_session=create_session)
     seq, digest, length, priority = context
 
-    delta = history.split_delta_by_digest(digest, length, messages)
+    normalised = [history.normalise_message(message) for message in messages]
+    known = memory.context(session_id, digest, length) if memory is not None else None
+    extends = history.starts_with_context(digest, length, normalised, known.messages if known is not None else None)
+    start = length if extends else 0  # the first new message: the context's end, or all of them on a reset
+    input_messages = [dict(message) for message in messages[start:]]
     turn_id = cv.new_id("turn_")
     values = {
         "id": turn_id,
         "session_id": session_id,
         "seq": seq,
         "status": "pending",
-        "input_messages": delta.input_messages,
-        "context_reset": delta.context_reset,
+        "input_messages": input_messages,
+        "context_reset": not extends,
         "request": dict(request),
         "received_at": received_at,
     }
     raw.execute(conn, sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
-    _return_tool_calls(conn, session_id, delta.input_messages, received_at)
+    _return_tool_calls(conn, session_id, input_messages, received_at)
     if memory is not None:
-        base = None if delta.context_reset else (digest, length)
-        start, start_length = base or (history.EMPTY_DIGEST, 0)
-        extended = history.extend_digest(start, delta.input_messages)
-        memory.add(turn_id, _Begun(values, base, extended, start_length + len(delta.input_messages)))
+        # The context with the turn's input is the request's messages, normalised, whether they extend the context
+        # or restart it.
+        added = normalised[start:]
+        kept_chars = (
+            known.chars if extends and known is not None else sum(map(history.message_chars, normalised[:start]))
+        )
+        with_input = RememberedContext(
+            history.extend_normalised(digest if extends else history.EMPTY_DIGEST, added),
+            len(normalised),
+            normalised,
+            kept_chars + sum(map(history.message_chars, added)),
+        )
+        memory.add(turn_id, _Begun(values, (digest, length) if extends else None, with_input))
     return cv.pending_turn_record(values, session_priority=priority)
 
 
@@ -366,12 +433,13 @@ def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any], mem
         values["id"], values["session_id"], values["seq"], values["input_messages"], output, values["context_reset"]
     )
     ended_at = params["p_ended_at"]
+    with_output = known.context.extended([history.normalise_message(output)])
     context = {
         "p_session": turn.session_id,
         "p_seq": turn.seq,
         "p_at": ended_at,
-        "p_digest": history.extend_digest(known.digest, [output]),
-        "p_length": known.length + 1,
+        "p_digest": with_output.digest,
+        "p_length": with_output.length,
     }
     if known.base is None:
         moved = raw.count(conn, sql.RESTART_CONTEXT, context)
@@ -379,7 +447,7 @@ def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any], mem
         context["p_base_digest"], context["p_base_length"] = known.base
         moved = raw.count(conn, sql.EXTEND_CONTEXT, context)
     if moved:
-        memory.move_context(turn.session_id, context["p_digest"], context["p_length"])
+        memory.move_context(turn.session_id, with_output)
     else:  # the context is no longer the one this turn extends
         _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
         memory.forget_session(turn.session_id)

@@ -21,10 +21,12 @@ from sessiongate.sessions import (
     SqlSessionStore,
     TurnRecord,
     create_engine,
+    history,
 )
 from sessiongate.sessions import _raw as raw
 from sessiongate.sessions import _statements as sql
 from sessiongate.sessions.history import split_delta
+from sessiongate.sessions.turns import RememberedContext, StoreMemory
 
 pytestmark = pytest.mark.anyio
 
@@ -88,18 +90,18 @@ def statements(store: SqlSessionStore) -> Iterator[list[str]]:
 
 async def test_begin_turn_does_not_read_the_turns_of_a_long_session(store: SqlSessionStore) -> None:
     session = await store.create_session()
-    history: list[dict[str, Any]] = [{"role": "system", "content": "agent"}]
+    sent: list[dict[str, Any]] = [{"role": "system", "content": "agent"}]
     per_turn: list[list[str]] = []
     for t in range(40):
         tool_turn = t % 2 == 1
-        history.append(tool(f"c{t - 1}", f"result {t}") if tool_turn else user(f"task {t}"))
+        sent.append(tool(f"c{t - 1}", f"result {t}") if tool_turn else user(f"task {t}"))
         with statements(store) as seen:
-            turn = await begin(store, session.id, history, t)
+            turn = await begin(store, session.id, sent, t)
         per_turn.append(seen)
-        assert (turn.input_messages, turn.context_reset) == (history[-2:] if t == 0 else [history[-1]], False)
+        assert (turn.input_messages, turn.context_reset) == (sent[-2:] if t == 0 else [sent[-1]], False)
         reply = answer(f"done {t}") if tool_turn else answer(None, f"c{t}")
         await complete(store, turn, reply, t + 0.5)
-        history.append(reply)
+        sent.append(reply)
 
     for seen in per_turn:
         assert not [sql for sql in seen if sql.startswith("SELECT") and " turns" in sql], seen
@@ -394,22 +396,22 @@ async def test_a_session_row_changed_by_another_writer_is_read_back(
     try:
         session = await store.create_session()
         await chat(store, session.id, [user("q1")], answer("a1"), 0)
-        history = [user("q1"), answer("a1")]
+        sent = [user("q1"), answer("a1")]
         if change == "priority":
             await other.update_session(session.id, tenant_id="default", priority=7)
         elif change == "turn-on-another-store":
             await other.begin_turn(session.id, tenant_id="default", messages=[user("x")], request={}, received_at=at(1))
         elif change == "context-on-another-store":
-            await chat(other, session.id, [*history, user("q2")], answer("a2"), 1)
-            history += [user("q2"), answer("a2")]
+            await chat(other, session.id, [*sent, user("q2")], answer("a2"), 1)
+            sent += [user("q2"), answer("a2")]
         else:
             await other.update_session(session.id, tenant_id="default", state="closed")
         with remembered_claims(monkeypatch) as claims:
             if change == "closed":
                 with pytest.raises(InvalidTransition):
-                    await begin(store, session.id, [*history, user("q3")], 3)
+                    await begin(store, session.id, [*sent, user("q3")], 3)
             else:
-                turn = await begin(store, session.id, [*history, user("q3")], 3)
+                turn = await begin(store, session.id, [*sent, user("q3")], 3)
             assert claims == [0]  # remembered, found changed, read back
         if change == "closed":
             return
@@ -419,8 +421,117 @@ async def test_a_session_row_changed_by_another_writer_is_read_back(
         # and the store remembers the row as read: the next turn claims from memory again
         await complete(store, turn, answer("a3"), 4)
         with remembered_claims(monkeypatch) as claims:
-            nxt = await begin(store, session.id, [*history, user("q3"), answer("a3"), user("q4")], 5)
+            nxt = await begin(store, session.id, [*sent, user("q3"), answer("a3"), user("q4")], 5)
             assert claims == [1]
         assert (nxt.seq, nxt.input_messages) == (expected[0] + 1, [user("q4")])
     finally:
         await other.close()
+
+
+# comparing a request with the remembered context's messages instead of hashing them (turns.StoreMemory)
+
+
+@contextmanager
+def hashed_messages(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """For every digest computed from normalised messages: how many messages it hashed."""
+    hashed: list[int] = []
+    extend = history.extend_normalised
+
+    def spy(digest: str, normalised: Any) -> str:
+        messages = list(normalised)
+        hashed.append(len(messages))
+        return extend(digest, messages)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(history, "extend_normalised", spy)
+        yield hashed
+
+
+async def test_a_remembered_context_is_compared_not_hashed(
+    store: SqlSessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await store.create_session()
+    messages = [{"role": "system", "content": "agent"}, user("q1")]
+    await chat(store, session.id, messages, answer("a1"), 0)
+    messages.append(answer("a1"))
+    for t in range(1, 6):
+        messages.append(user(f"q{t + 1}"))
+        with hashed_messages(monkeypatch) as hashed:
+            turn = await begin(store, session.id, messages, t * 2)
+            reply = answer(f"a{t + 1}")
+            await complete(store, turn, reply, t * 2 + 1)
+        assert (turn.input_messages, turn.context_reset) == ([user(f"q{t + 1}")], False)
+        assert hashed == [1, 1]  # the new message, then the answer: never the resent history
+        messages.append(reply)
+
+    # An edit anywhere in the remembered history is still seen (and a message echoed with keys the comparison
+    # ignores is not an edit).
+    edited = [*messages[:3], {**messages[3], "content": "q2, said differently"}, *messages[4:], user("q7")]
+    turn = await begin(store, session.id, edited, 20)
+    assert (turn.input_messages, turn.context_reset) == (edited, True)
+    await complete(store, turn, answer("a7"), 21)
+    echoed = [*edited[:2], {**edited[2], "refusal": None}, *edited[3:], answer("a7"), user("q8")]
+    turn = await begin(store, session.id, echoed, 22)
+    assert (turn.input_messages, turn.context_reset) == ([user("q8")], False)
+    assert await store.session_context(session.id, tenant_id="default") == [*edited, answer("a7")]
+
+
+async def test_a_context_this_store_does_not_know_is_hashed_then_remembered(
+    store: SqlSessionStore, database_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = SqlSessionStore(create_engine(database_url))
+    try:
+        session = await store.create_session()
+        messages = [user("q1")]
+        await chat(other, session.id, messages, answer("a1"), 0)  # the context moved on another store
+        messages += [answer("a1"), user("q2")]
+        with hashed_messages(monkeypatch) as hashed:
+            turn = await begin(store, session.id, messages, 2)
+        assert (turn.input_messages, turn.context_reset) == ([user("q2")], False)
+        assert hashed == [2, 1]  # the resent history, then the new message
+        await complete(store, turn, answer("a2"), 3)
+        messages += [answer("a2"), user("q3")]
+        with hashed_messages(monkeypatch) as hashed:
+            turn = await begin(store, session.id, messages, 4)
+        assert (turn.input_messages, hashed) == ([user("q3")], [1])
+    finally:
+        await other.close()
+
+
+def test_store_memory_keeps_contexts_within_its_character_budget() -> None:
+    memory = StoreMemory(max_entries=3, max_context_chars=10)
+    digests: dict[str, tuple[str, int]] = {}
+
+    def move(session: str, *texts: str) -> None:
+        normalised = [history.normalise_message(user(text)) for text in texts]
+        context = RememberedContext(
+            history.extend_normalised(history.EMPTY_DIGEST, normalised),
+            len(normalised),
+            normalised,
+            sum(map(history.message_chars, normalised)),
+        )
+        memory.move_context(session, context)
+        digests[session] = (context.digest, context.length)
+
+    def kept() -> list[str]:
+        return [s for s, (digest, length) in digests.items() if memory.context(s, digest, length) is not None]
+
+    move("s1", "aaa")
+    move("s2", "bbb", "c")
+    move("s3", "dd")
+    assert (kept(), memory.context_chars) == (["s1", "s2", "s3"], 9)
+    move("s1", "aaa", "e")  # s1's context moves on: the old one is released
+    assert (kept(), memory.context_chars) == (["s1", "s2", "s3"], 10)
+    move("s4", "f")  # 11 characters: the least recently moved (s2) goes
+    assert (kept(), memory.context_chars) == (["s1", "s3", "s4"], 7)
+    move("s2", "g" * 11)  # larger than the whole budget: not kept
+    assert (kept(), memory.context_chars) == (["s1", "s3", "s4"], 7)
+    memory.forget_session("s3")
+    assert (kept(), memory.context_chars) == (["s1", "s4"], 5)
+    move("s5", "h")
+    move("s6", "i")  # more sessions than max_entries: the oldest goes
+    assert kept() == ["s4", "s5", "s6"]
+    # A context is given out only for the digest and length it has.
+    digest, length = digests["s5"]
+    assert memory.context("s5", digest, length + 1) is None
+    assert memory.context("s5", history.context_digest([user("x")]), length) is None
