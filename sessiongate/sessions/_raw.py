@@ -29,7 +29,9 @@ from .models import UTCDateTime
 
 __all__ = ["RawStatement", "count", "execute", "execute_many", "register"]
 
-_DIALECT = SQLiteDialect_pysqlite(paramstyle="named", json_serializer=json_dumps, json_deserializer=json_loads)
+# Positional parameters: with named ones, the driver makes a string of each parameter's name and looks it up in the
+# mapping, at every execution.
+_DIALECT = SQLiteDialect_pysqlite(paramstyle="qmark", json_serializer=json_dumps, json_deserializer=json_loads)
 
 
 class RawStatement:
@@ -55,24 +57,17 @@ class RawStatement:
         processors = compiled._bind_processors
         utc_times = {name for bind, name in compiled.bind_names.items() if isinstance(bind.type, UTCDateTime)}
         binds: list[tuple[str, Callable[[Any], Any] | None]] = []
-        for name in dict.fromkeys(compiled.bind_names.values()):
+        for name in compiled.positiontup or ():
             process = _utc_text if name in utc_times else processors.get(name)
             if process is not None and not callable(process):  # a tuple bind's processors: not a plain statement
                 raise ValueError(f"the raw path takes plain binds only, not {name!r}")
             binds.append((name, process))
-        self._binds = tuple(binds)
+        self.bind = _binder(binds, self._defaults)
         columns = compiled._result_columns or []
         self._row = namedtuple("_Row", [entry.keyname for entry in columns]) if columns else None
         self._results: tuple[Callable[[Any], Any] | None, ...] = tuple(
             entry.type._cached_result_processor(_DIALECT, None) for entry in columns
         )
-
-    def bind(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        bound = {}
-        for name, process in self._binds:
-            value = params[name] if name in params else self._defaults[name]
-            bound[name] = process(value) if process is not None else value
-        return bound
 
     def count(self, dbapi: sqlite3.Connection, params: Mapping[str, Any]) -> int:
         cursor = dbapi.execute(self.sql, self.bind(params))
@@ -93,16 +88,49 @@ class RawStatement:
         return [row_type(*(v if p is None else p(v) for p, v in zip(results, row, strict=True))) for row in rows]
 
 
+def _binder(
+    binds: Sequence[tuple[str, Callable[[Any], Any] | None]], defaults: Mapping[str, Any]
+) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function from a statement's parameters (a mapping) to its positional values, each through its bind
+    processor, a parameter left out taking its default. Generated as one expression, as `collections.namedtuple`
+    and `dataclasses` generate their methods: a loop over the binds, with a lookup, a test and maybe a call per
+    parameter, cost more than the statement's execution in SQLite."""
+    env: dict[str, Any] = {}
+    values = []
+    for position, (name, process) in enumerate(binds):
+        if name in defaults:
+            env[f"default_{position}"] = defaults[name]
+            value = f"params.get({name!r}, default_{position})"
+        else:
+            value = f"params[{name!r}]"
+        if process is not None:
+            env[f"process_{position}"] = process
+            value = f"process_{position}({value})"
+        values.append(value)
+    source = f"def bind(params):\n    return ({', '.join(values)}{',' if values else ''})\n"
+    exec(source, env)  # the source holds the bind names as string literals, nothing else from outside
+    return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]], env["bind"])
+
+
 def _utc_text(value: datetime | None) -> str | None:
     """What `UTCDateTime` and SQLite's DATETIME bind processors make of `value` together (the UTC wall time as
     "YYYY-MM-DD HH:MM:SS.ffffff"), in one step: there are several of them in every turn's statements."""
     if value is None:
         return None
-    if value.tzinfo is UTC:  # the usual case (the store's own datetimes): its text less the "+00:00", half the time
-        return value.isoformat(" ", "microseconds")[:-6]
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"naive datetime {value!r}: the store only accepts timezone-aware datetimes")
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    if value.tzinfo is not UTC:  # the usual case is UTC (the store's own datetimes)
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: the store only accepts timezone-aware datetimes")
+        value = value.astimezone(UTC)
+    # One %-format: `isoformat` less its "+00:00" took half as long again (its offset is formatted by sprintf too).
+    return "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (  # noqa: UP031 - the fastest of the three ways, by a third
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond,
+    )
 
 
 _REGISTERED: dict[int, RawStatement] = {}

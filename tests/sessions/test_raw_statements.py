@@ -155,3 +155,36 @@ def test_a_computed_column_default_is_refused_on_the_raw_path() -> None:
     table = Table("t", MetaData(), Column("id", String, primary_key=True), Column("n", Integer, default=lambda: 1))
     with pytest.raises(ValueError, match="constant column defaults only"):
         raw.RawStatement(insert(table), column_keys=("id",))
+
+
+def test_binds_are_positional_in_the_statements_order_with_defaults_and_processors() -> None:
+    from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, bindparam, update
+
+    table = Table(
+        "t",
+        MetaData(),
+        Column("id", String, primary_key=True),
+        Column("n", Integer),
+        Column("at", UTCDateTime),
+        Column("doc", JSON),
+    )
+    statement = (
+        update(table)
+        .where(table.c.id == bindparam("p_id"), table.c.n < 5, table.c.at < bindparam("p_at"))
+        .values(n=table.c.n + 1, at=bindparam("p_at"), doc=bindparam("p_doc"))
+    )
+    compiled = raw.RawStatement(statement)
+    assert compiled.sql.count("?") == 6
+    at = datetime(2026, 11, 27, 3, 4, 5, 6, tzinfo=UTC)
+    # SET n, at, doc; WHERE id, n < literal, at < p_at: the literals take their values, the datetime and the JSON
+    # their processors', and a parameter given twice is bound twice.
+    assert compiled.bind({"p_id": "x", "p_at": at, "p_doc": {"k": [1]}}) == (
+        1,
+        "2026-11-27 03:04:05.000006",
+        '{"k":[1]}',
+        "x",
+        5,
+        "2026-11-27 03:04:05.000006",
+    )
+    with pytest.raises(KeyError):
+        compiled.bind({"p_id": "x", "p_at": at})
