@@ -11,6 +11,10 @@ A connection idle longer than `keepalive_s` is dropped before SGLang's uvicorn w
 5 s), so a request is not written into a connection the worker is closing. Any error, timeout or cancellation
 closes the connection (which makes SGLang abort a request still running); only a complete answer that allows it
 puts the connection back.
+
+The read timeout is the connection's own timer, armed only while its reader waits: `asyncio.timeout` around every
+wait cost an object, a timer and, on Python 3.11, three `getpid` system calls (`asyncio.get_running_loop` checks
+for a fork), for every non-streamed turn and every read of a streamed one.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.idle_since = 0.0
         self._parser: httptools.HttpResponseParser | None = None
@@ -66,33 +72,41 @@ class _Connection(asyncio.Protocol):
         self._headers_done = self._framed = False
         self.transport.write(data)
 
-    def request(self, data: bytes) -> asyncio.Future[tuple[int, bytes, bool]]:
-        """Send a request; the future gets (status, body, whether the connection may be reused)."""
+    def request(self, data: bytes, timeout_s: float) -> asyncio.Future[tuple[int, bytes, bool]]:
+        """Send a request; the future gets (status, body, whether the connection may be reused), or `TimeoutError`
+        when the whole answer is not in within `timeout_s`."""
         self._head = None
-        self._answer = asyncio.get_running_loop().create_future()
+        self._answer = self._loop.create_future()
+        self._arm(timeout_s)
         self._send(data)
         return self._answer
 
-    def open_stream(self, data: bytes) -> asyncio.Future[int]:
-        """Send a request whose answer is read as it arrives: the future gets its status once its headers are in,
-        then `read()` returns its body piece by piece."""
+    def open_stream(self, data: bytes, timeout_s: float) -> asyncio.Future[int]:
+        """Send a request whose answer is read as it arrives: the future gets its status once its headers are in
+        (`TimeoutError` if they are not within `timeout_s`), then `read()` returns its body piece by piece."""
         self._answer = None
-        self._head = asyncio.get_running_loop().create_future()
+        self._head = self._loop.create_future()
         self._complete = self._keep_alive = False
         self._error = None
         self._buffered = 0
+        self._arm(timeout_s)
         self._send(data)
         return self._head
 
-    async def read(self) -> bytes:
-        """The streamed body's bytes that arrived since the last call; b"" once the answer is complete."""
+    async def read(self, timeout_s: float) -> bytes:
+        """The streamed body's bytes that arrived since the last call; b"" once the answer is complete. Raises
+        `TimeoutError` when none came for `timeout_s`."""
         while not self._body:
             if self._error is not None:
                 raise self._error
             if self._complete:
                 return b""
-            self._wake = asyncio.get_running_loop().create_future()
-            await self._wake
+            self._wake = self._loop.create_future()
+            self._arm(timeout_s)
+            try:
+                await self._wake
+            finally:
+                self._disarm()
         data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         self._buffered = 0
@@ -136,6 +150,7 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._headers_done = True
         if self._head is not None and not self._head.done():
+            self._disarm()  # the body's reads arm their own
             assert self._parser is not None
             self._head.set_result(self._parser.get_status_code())
 
@@ -159,6 +174,7 @@ class _Connection(asyncio.Protocol):
         assert self._parser is not None
         status = self._parser.get_status_code()
         self._parser = None
+        self._disarm()
         keep_alive = keep_alive and not self.closed
         if self._head is not None:
             self._complete, self._keep_alive = True, keep_alive
@@ -169,6 +185,7 @@ class _Connection(asyncio.Protocol):
 
     def _fail(self, error: Exception) -> None:
         self._parser = None
+        self._disarm()
         if self._head is not None:
             self._error = error
             if not self._head.done():
@@ -181,8 +198,24 @@ class _Connection(asyncio.Protocol):
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
+    # the read timeout
+
+    def _arm(self, timeout_s: float) -> None:
+        self._disarm()
+        self._timer = self._loop.call_later(timeout_s, self._time_out)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _time_out(self) -> None:
+        self._timer = None
+        self._fail(TimeoutError("the worker sent nothing within the read timeout"))
+
     def close(self) -> None:
         self.closed = True
+        self._disarm()
         if self.transport is not None:
             self.transport.close()
 
@@ -196,8 +229,7 @@ class Stream:
 
     async def read(self) -> bytes:
         """The bytes that arrived since the last read, b"" at the end."""
-        async with asyncio.timeout(self._read_timeout_s):
-            return await self._connection.read()
+        return await self._connection.read(self._read_timeout_s)
 
     async def read_all(self) -> bytes:
         parts = []
@@ -233,8 +265,9 @@ class Http1Pool:
         waiting for the answer), `OSError` (connecting, or the connection failing) or `ProtocolError`."""
         connection = await self._connection(url)
         try:
-            async with asyncio.timeout(self._read_timeout_s):
-                status, content, keep_alive = await connection.request(self._request(url, path, body, _JSON))
+            status, content, keep_alive = await connection.request(
+                self._request(url, path, body, _JSON), self._read_timeout_s
+            )
         except BaseException:
             connection.close()
             raise
@@ -248,8 +281,7 @@ class Http1Pool:
         connection = await self._connection(url)
         reusable = False
         try:
-            async with asyncio.timeout(self._read_timeout_s):
-                status = await connection.open_stream(self._request(url, path, body, _EVENT_STREAM))
+            status = await connection.open_stream(self._request(url, path, body, _EVENT_STREAM), self._read_timeout_s)
             yield status, Stream(connection, self._read_timeout_s)
             reusable = connection.reusable
         finally:

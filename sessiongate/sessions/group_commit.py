@@ -83,10 +83,13 @@ class GroupCommitter:
         self._inline: Connection | None = None
 
     async def run(self, work: Callable[[Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
+        draining = self._draining
+        # A job that joins a drain under way takes its loop: `asyncio.get_running_loop` makes a system call (getpid)
+        # on Python 3.11, paid once a batch this way instead of once a job.
+        loop = draining.get_loop() if draining is not None and not draining.done() else asyncio.get_running_loop()
         job: _Job[T] = _Job(work, loop.create_future())
         self._queue.append(job)
-        if self._draining is None or self._draining.done():
+        if draining is None or draining.done():
             self._draining = loop.create_task(self._drain())
         try:
             return await job.future

@@ -233,3 +233,29 @@ async def test_an_error_status_opens_a_stream_whose_body_is_the_error() -> None:
         async with client.stream_json(url, "/x", b"{}") as (status, stream):
             assert (status, await stream.read_all()) == (503, BODY)
         await client.close()
+
+
+async def test_the_read_timeout_bounds_each_wait_not_the_whole_stream() -> None:
+    """Five pieces 0.1 s apart with a read timeout of 0.25 s: the stream takes longer than the timeout and is read
+    to its end (a silence longer than the timeout: `test_a_stream_cut_mid_way_or_silent_raises_from_its_reads`)."""
+    client = pool(read_timeout_s=0.25)
+    gate = asyncio.Event()
+    events = [f"data: {n}\n\n".encode() for n in range(5)]
+    pieces: list[bytes | asyncio.Event] = [SSE_HEAD]
+    for event in events:
+        pieces += [gate, _chunk(event)]
+    pieces += [gate, b"0\r\n\r\n"]
+
+    async def pace() -> None:
+        for _ in range(len(events) + 1):
+            await asyncio.sleep(0.1)
+            gate.set()
+
+    async with server(lambda _: pieces) as (url, _, _):
+        async with client.stream_json(url, "/x", b"{}") as (status, stream):
+            pacer = asyncio.create_task(pace())
+            started = asyncio.get_running_loop().time()
+            assert (status, await stream.read_all()) == (200, b"".join(events))
+            assert asyncio.get_running_loop().time() - started > 0.5
+            await pacer
+        await client.close()
