@@ -176,7 +176,7 @@ class _RelayResponse(Response):
 
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+            watcher = relaying.get_loop().create_task(watch_disconnect())
             try:
                 await self.relay.pump(send)
             except asyncio.CancelledError:

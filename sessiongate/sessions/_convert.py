@@ -37,6 +37,8 @@ def utcnow() -> datetime:
 
 
 def aware(value: datetime, name: str) -> datetime:
+    if value.tzinfo is UTC:  # the usual case (the gateway's own clock): already what `astimezone` would make
+        return value
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
     return value.astimezone(UTC)

@@ -264,10 +264,11 @@ def _claim_seq(
     When this store's own writes left the session's row, the claim is one UPDATE that checks every value it
     relies on (a row another writer changed meanwhile matches no row, and the claim reads it back instead): on
     SQLite an UPDATE with RETURNING runs through a temporary table, which cost about as much as the UPDATE."""
-    params = {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at}
     if memory is not None and (known := memory.session(session_id)) is not None:
         checked = {
-            **params,
+            "p_session": session_id,
+            "p_tenant": tenant_id,
+            "p_at": received_at,
             "p_turn_count": known.turn_count,
             "p_digest": known.digest,
             "p_length": known.length,
@@ -277,7 +278,7 @@ def _claim_seq(
             claimed = _Claimed(known.turn_count + 1, known.digest, known.length, known.priority)
             memory.remember_session(session_id, claimed)
             return claimed.turn_count, claimed.digest, claimed.length, claimed.priority
-    rows = raw.execute(conn, sql.CLAIM_SEQ, params)
+    rows = raw.execute(conn, sql.CLAIM_SEQ, {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at})
     if not rows:
         if memory is not None:
             memory.forget_session(session_id)
