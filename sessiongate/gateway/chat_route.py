@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -113,13 +113,36 @@ class ChatRoute:
 
 
 class _ChatRequest(Request):
-    """A `Request` whose headers are looked up in a dict (`_IndexedHeaders`)."""
+    """A `Request` whose headers are looked up in a dict (`_IndexedHeaders`) and whose body is read without
+    Starlette's async generator (`Request.stream`: a generator, a frame and a `hasattr` miss per turn, for a body
+    that comes in one message)."""
 
     @property
     def headers(self) -> Headers:
-        if not hasattr(self, "_headers"):
-            self._headers = _IndexedHeaders(scope=self.scope)
-        return self._headers
+        headers = self.__dict__.get("_headers")
+        if headers is None:
+            headers = self._headers = _IndexedHeaders(scope=self.scope)
+        return headers
+
+    async def body(self) -> bytes:
+        """The whole body, as Starlette's `Request.body` reads it (and then keeps it)."""
+        body: bytes | None = self.__dict__.get("_body")
+        if body is not None:
+            return body
+        if self._stream_consumed:
+            raise RuntimeError("Stream consumed")
+        chunks = []
+        while not self._stream_consumed:
+            message = await self._receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self._stream_consumed = True
+            elif message["type"] == "http.disconnect":
+                self._is_disconnected = True
+                raise ClientDisconnect()
+        body = self._body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return body
 
 
 class _IndexedHeaders(Headers):

@@ -221,7 +221,7 @@ class ToolCall(Base):
 
 class Advisory(Base):
     __tablename__ = "advisories"
-    __table_args__ = (Index(None, "session_id", "created_at"), Index(None, "outcome", "expires_at"))
+    __table_args__ = (Index(None, "session_id", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id", ondelete="CASCADE"))
