@@ -112,11 +112,26 @@ def _binder(
     return cast(Callable[[Mapping[str, Any]], tuple[Any, ...]], env["bind"])
 
 
+# The last datetime bound and its text: a turn binds the same instant several times running (its arrival in the
+# claim and the insert, its end in the turn's and the session's updates, a missed-turn record's three times).
+_last_bound: tuple[datetime | None, str | None] = (None, None)
+
+
 def _utc_text(value: datetime | None) -> str | None:
     """What `UTCDateTime` and SQLite's DATETIME bind processors make of `value` together (the UTC wall time as
     "YYYY-MM-DD HH:MM:SS.ffffff"), in one step: there are several of them in every turn's statements."""
+    global _last_bound
+    last = _last_bound  # one read of the pair: another thread may replace it meanwhile
+    if value is last[0]:
+        return last[1]
     if value is None:
         return None
+    text = _format_utc(value)
+    _last_bound = (value, text)
+    return text
+
+
+def _format_utc(value: datetime) -> str:
     if value.tzinfo is not UTC:  # the usual case is UTC (the store's own datetimes)
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(f"naive datetime {value!r}: the store only accepts timezone-aware datetimes")

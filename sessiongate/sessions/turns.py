@@ -388,7 +388,10 @@ def complete_turn(
 ) -> TurnRecord:
     usage = usage or {}
     prompt_details = usage.get("prompt_tokens_details")
-    cached_tokens = cv.int_or_none(prompt_details.get("cached_tokens")) if isinstance(prompt_details, Mapping) else None
+    cached_tokens = None
+    # `type(...) is dict` first: the ABC's instance check on a plain dict (what the usage is) costs more.
+    if type(prompt_details) is dict or isinstance(prompt_details, Mapping):
+        cached_tokens = cv.int_or_none(prompt_details.get("cached_tokens"))
     details = dict(cached_tokens_details) if cached_tokens_details is not None else None
     params = {
         "p_turn": turn_id,
