@@ -165,7 +165,9 @@ async def _chat_turn(
     if state.advisor.shared is not None:  # replicas: claim the session's advisory, read its KV belief
         await state.advisor.prepare_turn(session_id)
     reservation = state.advisor.reservation(session_id)
-    worker = state.router.choose(session_id, tenant_id, body["messages"], reservation=reservation)
+    messages = body["messages"]
+    known_prefix = 0 if turn.context_reset else len(messages) - len(turn.input_messages)
+    worker = state.router.choose(session_id, tenant_id, messages, known_prefix=known_prefix, reservation=reservation)
     if worker is None:
         error = ServiceUnavailable(
             "No healthy worker is available; the turn was recorded as failed.", code="no_healthy_worker"

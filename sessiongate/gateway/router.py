@@ -80,9 +80,8 @@ class Router:
         self.unix = unix
 
     def candidates(self, *, exclude: Collection[str] = ()) -> list[WorkerView]:
-        return [
-            w for w in self.pool.routable(now=self.clock(), stale_after_s=self.stale_after_s) if w.id not in exclude
-        ]
+        routable = self.pool.routable(now=self.clock(), stale_after_s=self.stale_after_s)
+        return [w for w in routable if w.id not in exclude] if exclude else routable
 
     def route_request(
         self,
@@ -90,15 +89,25 @@ class Router:
         tenant_id: str,
         messages: Sequence[Mapping[str, Any]] = (),
         *,
+        known_prefix: int = 0,
         reservation: Reservation | None = None,
     ) -> RouteRequest:
+        """`known_prefix`: how many of `messages` are the session's context as last served (the store's split of
+        the request). Their tokens are the KV belief's count of that context, and only the messages after them are
+        estimated from their characters: a long conversation is not counted again at every turn."""
         now = self.clock()
         text = prompt_text(messages) if getattr(self.policy, "matches_prompt_text", False) else ""
-        chars = len(text) if text else prompt_chars(messages)
+        context_tokens = self.belief.context_tokens(session_id)
+        if text:
+            prompt_tokens = max(len(text) // _CHARS_PER_TOKEN, context_tokens)
+        elif known_prefix and context_tokens:
+            prompt_tokens = context_tokens + prompt_chars(messages[known_prefix:]) // _CHARS_PER_TOKEN
+        else:
+            prompt_tokens = max(prompt_chars(messages) // _CHARS_PER_TOKEN, context_tokens)
         return RouteRequest(
             session_id=session_id,
             tenant_id=tenant_id,
-            prompt_tokens=max(chars // _CHARS_PER_TOKEN, self.belief.context_tokens(session_id)),
+            prompt_tokens=prompt_tokens,
             prompt_text=text,
             kv=self.belief.residency(session_id, now),
             reservation=reservation,
@@ -111,14 +120,19 @@ class Router:
         tenant_id: str,
         messages: Sequence[Mapping[str, Any]] = (),
         *,
+        known_prefix: int = 0,
         reservation: Reservation | None = None,
         exclude: Collection[str] = (),
     ) -> WorkerView | None:
-        """The policy's choice among routable workers not in `exclude`; None when there is none."""
+        """The policy's choice among routable workers not in `exclude`; None when there is none. `known_prefix`:
+        as for `route_request`."""
         workers = self.candidates(exclude=exclude)
         if not workers:
             return None
-        return self.policy.choose(self.route_request(session_id, tenant_id, messages, reservation=reservation), workers)
+        request = self.route_request(
+            session_id, tenant_id, messages, known_prefix=known_prefix, reservation=reservation
+        )
+        return self.policy.choose(request, workers)
 
     def after_turn(
         self, session_id: str, worker_id: str, usage: Mapping[str, Any] | None, details: Mapping[str, Any] | None

@@ -246,3 +246,18 @@ def test_the_router_builds_the_prompt_text_only_for_a_policy_that_matches_on_it(
     assert by_text.prompt_text == prompt_text(_MESSAGES)
     assert by_cost.prompt_text == ""
     assert by_text.prompt_tokens == by_cost.prompt_tokens == len(prompt_text(_MESSAGES)) // 4
+
+
+def test_a_known_context_takes_its_tokens_from_the_belief_and_only_new_messages_are_counted() -> None:
+    pool = WorkerPool((), httpx.AsyncClient(), health_timeout_s=1.0, unhealthy_after=1)
+    router = Router(KVAware(), pool)
+    history, new = _MESSAGES[:5], _MESSAGES[5:]
+    everything = len(prompt_text(_MESSAGES)) // 4
+    # No belief of the session yet: the whole request is counted, whatever the store knew.
+    assert router.route_request("s", "t", _MESSAGES, known_prefix=5).prompt_tokens == everything
+    router.belief.after_turn("s", "a", prompt_tokens=900, completion_tokens=100, details=None, now=0.0)
+    known = router.route_request("s", "t", _MESSAGES, known_prefix=len(history))
+    assert known.prompt_tokens == 1000 + len(prompt_text(new)) // 4
+    # A request that restarts the context (known_prefix 0) is counted whole, and never below the belief's count.
+    assert router.route_request("s", "t", _MESSAGES).prompt_tokens == max(everything, 1000)
+    assert router.choose("s", "t", _MESSAGES, known_prefix=5) is None  # no routable worker: nothing to choose

@@ -103,8 +103,10 @@ class KVAware:
         scores = self.scores(request, workers)
         lowest = min(scores.values())
         # Equal scores (idle workers, a new session) rotate, so sequential traffic spreads.
-        tied = sorted((w for w in workers if scores[w.id] <= lowest + 1e-9), key=lambda w: (w.load, w.id))
-        tied = [w for w in tied if w.load == tied[0].load]
+        tied = [w for w in workers if scores[w.id] <= lowest + 1e-9]
+        if len(tied) > 1:
+            tied.sort(key=lambda w: (w.load, w.id))
+            tied = [w for w in tied if w.load == tied[0].load]
         self._turn += 1
         best = tied[self._turn % len(tied)]
         reservation = request.reservation
