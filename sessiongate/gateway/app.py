@@ -166,7 +166,16 @@ def create_app(
                 stack.callback(asyncio.create_task(_every(interval, job)).cancel)
             salts = CacheSalts(_salt_secret(settings))
             routing = await start_routing(
-                stack, settings, pool, http, the_store, shared, f"{instance}/{run}", policy, salts.for_tenant
+                stack,
+                settings,
+                pool,
+                http,
+                the_store,
+                shared,
+                f"{instance}/{run}",
+                policy,
+                salts.for_tenant,
+                fast_http=chat_pool,
             )
             gateway_metrics.watch_advisories(routing.advisor.stats)
             state = GatewayState(

@@ -1,4 +1,5 @@
-"""A minimal HTTP/1.1 client for the non-streamed chat turn: POST a JSON body, read the whole answer.
+"""A minimal HTTP/1.1 client for the non-streamed chat turn: POST a JSON body, read the whole answer (and the load
+reports' GET, polled several times a second).
 
 The non-streamed turn is the gateway's cheapest and most frequent request to a worker, and through
 `aiohttp.ClientSession` its client side (request and response objects, header multidicts, timers, the connector's
@@ -274,6 +275,20 @@ class Http1Pool:
         self._put_back(url, connection, keep_alive)
         return status, content
 
+    async def get_json(self, url: str, path: str, *, timeout_s: float) -> tuple[int, bytes]:
+        """GET `url` + `path` (a small JSON answer, such as a worker's load report) within `timeout_s`: its status and
+        body. Raises as `post_json` does."""
+        connection = await self._connection(url)
+        try:
+            status, content, keep_alive = await connection.request(
+                self._request(url, path, b"", _JSON, b"GET "), timeout_s
+            )
+        except BaseException:
+            connection.close()
+            raise
+        self._put_back(url, connection, keep_alive)
+        return status, content
+
     @contextlib.asynccontextmanager
     async def stream_json(self, url: str, path: str, body: bytes) -> AsyncIterator[tuple[int, Stream]]:
         """POST `body` (JSON) and read the answer as it arrives: its status, and a `Stream` of its body. Raises
@@ -287,11 +302,11 @@ class Http1Pool:
         finally:
             self._put_back(url, connection, reusable)
 
-    def _request(self, url: str, path: str, body: bytes, accept: bytes) -> bytes:
+    def _request(self, url: str, path: str, body: bytes, accept: bytes, method: bytes = b"POST ") -> bytes:
         _, _, target, head = self._origin(url)
         length = str(len(body)).encode()
         return b"".join(
-            (b"POST ", target, path.encode(), head, accept, self._extra, b"content-length: ", length, b"\r\n\r\n", body)
+            (method, target, path.encode(), head, accept, self._extra, b"content-length: ", length, b"\r\n\r\n", body)
         )
 
     async def _connection(self, url: str) -> _Connection:

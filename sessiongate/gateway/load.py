@@ -18,6 +18,7 @@ import structlog
 
 from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport
 
+from .http1 import Http1Pool, ProtocolError
 from .workers import Worker, WorkerPool
 
 __all__ = ["LoadPoller"]
@@ -28,34 +29,52 @@ _RECHECK_NO_EXTENSION = 40
 
 
 class LoadPoller:
-    def __init__(self, pool: WorkerPool, client: httpx.AsyncClient, *, interval_s: float) -> None:
+    """Polls every healthy worker's load report. `fast`: the HTTP/1.1 pool the non-streamed turns use; an http://
+    worker is polled over it (through httpx a poll cost about a millisecond of CPU, several times a second per
+    worker), any other over `client` (tests, whose client carries an ASGI transport)."""
+
+    def __init__(
+        self, pool: WorkerPool, client: httpx.AsyncClient, *, interval_s: float, fast: Http1Pool | None = None
+    ) -> None:
         self.pool = pool
         self.client = client
         self.interval_s = interval_s
+        self.fast = fast
         self._rounds = 0
 
     @property
     def stale_after_s(self) -> float:
         return max(4 * self.interval_s, 1.0)
 
+    async def _get(self, worker: Worker) -> tuple[int, bytes] | None:
+        """The load report's status and body; None when the worker could not be asked."""
+        timeout_s = max(self.interval_s * 4, 1.0)
+        try:
+            if self.fast is not None and worker.url.startswith("http://"):
+                return await self.fast.get_json(worker.url, LOAD_PATH, timeout_s=timeout_s)
+            response = await self.client.get(f"{worker.url}{LOAD_PATH}", timeout=timeout_s)
+            return response.status_code, response.content
+        except (httpx.HTTPError, TimeoutError, OSError, ProtocolError) as exc:
+            log.debug("load_report_failed", worker=worker.id, error=type(exc).__name__)
+            return None
+
     async def poll(self, worker: Worker) -> None:
         asked_at_in_flight = worker.in_flight
-        try:
-            response = await self.client.get(f"{worker.url}{LOAD_PATH}", timeout=max(self.interval_s * 4, 1.0))
-        except httpx.HTTPError as exc:
-            log.debug("load_report_failed", worker=worker.id, error=type(exc).__name__)
+        answer = await self._get(worker)
+        if answer is None:
             return
-        if response.status_code == 404:
+        status, content = answer
+        if status == 404:
             if worker.extension is not False:
                 log.info("worker_without_extension", worker=worker.id)
             worker.extension = False
             worker.load = None
             return
-        if response.status_code != 200:
-            log.debug("load_report_failed", worker=worker.id, status=response.status_code)
+        if status != 200:
+            log.debug("load_report_failed", worker=worker.id, status=status)
             return
         try:
-            report = LoadReport.model_validate_json(response.content)
+            report = LoadReport.model_validate_json(content)
         except pydantic.ValidationError:
             log.warning("load_report_malformed", worker=worker.id)
             return

@@ -19,6 +19,7 @@ from sessiongate import sessions
 from .advisor import Advisor, WebhookVerifier
 from .advisor.toolkv import ToolKVPolicy
 from .extension import ExtensionClient
+from .http1 import Http1Pool
 from .load import LoadPoller
 from .router import Router
 from .routing import CostModel, KVBelief, RoutingPolicy, make_policy
@@ -61,8 +62,9 @@ async def start_routing(
     replica: str,
     policy: RoutingPolicy | None = None,
     cache_salt_for: Callable[[str], str] | None = None,
+    fast_http: Http1Pool | None = None,
 ) -> RoutingParts:
-    poller = LoadPoller(pool, http, interval_s=settings.load_poll_interval_s)
+    poller = LoadPoller(pool, http, interval_s=settings.load_poll_interval_s, fast=fast_http)
     await poller.poll_all()  # the first choice already sees the reports
     router = Router(
         policy or build_policy(settings),

@@ -10,9 +10,13 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 
 from sessiongate.gateway.http1 import Http1Pool, ProtocolError
+from sessiongate.gateway.load import LoadPoller
+from sessiongate.gateway.workers import WorkerPool
+from sessiongate.sglang_ext.protocol import LoadReport
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +263,50 @@ async def test_the_read_timeout_bounds_each_wait_not_the_whole_stream() -> None:
             assert asyncio.get_running_loop().time() - started > 0.5
             await pacer
         await client.close()
+
+
+_REPORT = (
+    b'{"at": 1.0, "running_requests": 2, "queued_requests": 3, "device_kv_tokens_total": 100,'
+    b' "device_kv_tokens_used": 10, "prefill_tokens_per_s": 5000.0, "decode_tokens_per_s": 100.0, "page_size": 1}'
+)
+
+
+def _json_answer(status: bytes, body: bytes) -> bytes:
+    return b"HTTP/1.1 " + status + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+
+
+async def test_a_get_has_no_body_and_reads_the_answer_on_a_kept_connection() -> None:
+    client = pool()
+    async with server(lambda _: _json_answer(b"200 OK", BODY)) as (url, requests, connections):
+        for _ in range(2):
+            assert await client.get_json(url, "/sessiongate/v1/load", timeout_s=1) == (200, BODY)
+        await client.close()
+    assert requests[0].startswith(b"GET /sessiongate/v1/load HTTP/1.1\r\n")
+    assert requests[0].endswith(b"content-length: 0\r\n\r\n")
+    assert connections[0] == 1
+
+
+async def test_the_load_poller_reads_http_workers_over_the_pool() -> None:
+    """The poller's HTTP/1.1 path: a report, a worker without the extension (404), a silent one (its timeout, the
+    previous report kept)."""
+
+    answers = iter([_json_answer(b"200 OK", _REPORT), _json_answer(b"404 Not Found", b"{}"), None])
+    async with server(lambda _: next(answers)) as (url, requests, _):
+        unused = httpx.AsyncClient(transport=httpx.MockTransport(lambda request: pytest.fail("went through httpx")))
+        workers = WorkerPool((url,), unused, health_timeout_s=1.0, unhealthy_after=1)
+        (worker,) = workers.workers
+        fast = pool()
+        poller = LoadPoller(workers, unused, interval_s=0.05, fast=fast)
+        await poller.poll(worker)
+        assert worker.extension is True
+        assert worker.load is not None
+        assert (worker.load.running_requests, worker.load.queued_requests) == (2, 3)
+        await poller.poll(worker)
+        assert (worker.extension, worker.load) == (False, None)
+        previous = LoadReport.model_validate_json(_REPORT)
+        worker.extension, worker.load = True, previous
+        await poller.poll(worker)  # silent: times out after 1 s (the poller's floor), keeps what it had
+        assert worker.load is previous
+        await fast.close()
+    assert len(requests) == 3
+    assert all(r.startswith(b"GET /sessiongate/v1/load") for r in requests)
