@@ -66,7 +66,7 @@ _CLAIM = (
     .values({Session.turn_count: Session.turn_count + 1, Session.last_active_at: later(Session.last_active_at, _AT)})
 )
 CLAIM_SEQ = _CLAIM.returning(Session.turn_count, Session.context_digest, Session.context_length, Session.priority)
-# The same claim when this store knows the row (`turns.StoreMemory`): every value the claim returns is checked.
+# The same claim when this store knows the row (`memory.StoreMemory`): every value the claim returns is checked.
 CLAIM_KNOWN_SEQ = _CLAIM.where(
     Session.turn_count == bindparam("p_turn_count"),
     Session.context_digest == bindparam("p_digest"),
@@ -164,7 +164,7 @@ SET_CONTEXT = (
     )
 )
 
-# The end of a turn that this process began (`turns.StoreMemory`): the turn's row is not read back, and the session's
+# The end of a turn that this process began (`memory.StoreMemory`): the turn's row is not read back, and the session's
 # context is moved only if it is still the one the turn extends (or, for a turn that resets it, if no later turn
 # has been folded in); otherwise the turn takes the general path (TOUCH_SESSION, then its fold).
 # SQLite runs a statement's RETURNING through a temporary table: ~4 us of its ~8 us for these small UPDATEs. So the

@@ -36,6 +36,7 @@ from .errors import (
     is_unavailable,
 )
 from .group_commit import GroupCommitter
+from .memory import StoreMemory
 from .models import Advisory, Session, Tenant, ToolCall, Worker
 from .protocol import SessionStore
 from .records import (
@@ -68,7 +69,7 @@ class SqlSessionStore:
         self._engine = engine
         self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         self._clock = clock
-        self._memory = turns.StoreMemory()
+        self._memory = StoreMemory()
         # SQLite admits one writer at a time and makes the others poll with growing sleeps until its busy timeout,
         # which under a few dozen concurrent turns gives long tails and then "database is locked". Queueing this
         # process's writers on a lock instead hands the file over in order and at once; readers never wait (WAL).

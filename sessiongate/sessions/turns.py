@@ -15,17 +15,17 @@ and folds the ok turn into the digest when it is newer than every turn already f
 out of seq order (another request of the session overtook it) rebuilds the digest from the turns instead. So the
 digest always describes `history.context_messages` of the session's ok turns, as `session_context` reads them.
 
-A store keeps `StoreMemory`: what it knows from its own writes. Completing a turn it began and has not ended reads
-nothing back: its record is built from what began it, and the session's context moves in one conditional UPDATE
-when it is still the context the turn extends (the usual case); when it is not (another request of the session,
-possibly on another replica, ended meanwhile), or when the turn is not known here, the general path runs. Likewise
-a turn of a session whose row this store's last write left claims its seq with one UPDATE that checks the row is
-still as remembered, instead of one that returns the row.
+A store keeps `memory.StoreMemory`: what it knows from its own writes. Completing a turn it began and has not
+ended reads nothing back: its record is built from what began it, and the session's context moves in one
+conditional UPDATE when it is still the context the turn extends (the usual case); when it is not (another request
+of the session, possibly on another replica, ended meanwhile), or when the turn is not known here, the general path
+runs. Likewise a turn of a session whose row this store's last write left claims its seq with one UPDATE that
+checks the row is still as remembered, instead of one that returns the row, and its resent history is compared
+with the session's remembered context instead of hashed.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,12 +42,11 @@ from . import _statements as sql
 from . import history
 from ._sql import session_values, tenant_values
 from .errors import InvalidTransition, SessionExists, SessionNotFound, ToolCallNotFound, TurnNotFound
+from .memory import BegunTurn, ClaimedRow, RememberedContext, StoreMemory
 from .models import Advisory, Session, ToolCall, Turn
 from .records import TurnAdvisory, TurnRecord
 
 __all__ = [
-    "RememberedContext",
-    "StoreMemory",
     "begin_turn",
     "complete_turn",
     "context_turns",
@@ -89,114 +88,6 @@ def context_turns_statement(session_id: str) -> Select[tuple[int, str, bool, lis
 
 
 # the per-request path
-
-
-@dataclass(frozen=True, slots=True)
-class RememberedContext:
-    """A session's context as its normalised messages, with their digest and count (`messages` is `length` long)
-    and about how many characters they hold (`history.message_chars`)."""
-
-    digest: str
-    length: int
-    messages: list[history.NormalisedMessage]
-    chars: int
-
-    def extended(self, added: Sequence[history.NormalisedMessage]) -> RememberedContext:
-        return RememberedContext(
-            history.extend_normalised(self.digest, added),
-            self.length + len(added),
-            [*self.messages, *added],
-            self.chars + sum(map(history.message_chars, added)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Begun:
-    values: dict[str, Any]  # the turn's row as inserted (the keys of `_convert.pending_turn_record`)
-    base: tuple[str, int] | None  # the session's context (digest, length) the turn extends; None: it restarts it
-    context: RememberedContext  # the context with the turn's input messages
-
-
-@dataclass(frozen=True, slots=True)
-class _Claimed:
-    """A session's row as this store's last write left it: the values the claim of its next seq checks (the next
-    seq is `turn_count + 1`)."""
-
-    turn_count: int
-    digest: str
-    length: int
-    priority: int
-
-
-# How many characters of contexts `StoreMemory` keeps at most (the normalised messages share the strings of the requests
-# they came from; a character is a byte or more): the sessions served least recently give theirs up first.
-MAX_CONTEXT_CHARS = 64_000_000
-
-
-class StoreMemory:
-    """What this store knows from its own writes, newest last: the turns it began and has not ended, the sessions'
-    rows as its last turns left them, and their contexts' normalised messages. Soft state: what is evicted, or made
-    wrong by another writer, costs only the general path (each use is checked by the statement that relies on it;
-    a context is used only for the digest and length that the session's row has)."""
-
-    def __init__(self, max_entries: int = 10_000, max_context_chars: int = MAX_CONTEXT_CHARS) -> None:
-        self._turns: OrderedDict[str, _Begun] = OrderedDict()
-        self._sessions: OrderedDict[str, _Claimed] = OrderedDict()
-        self._contexts: OrderedDict[str, RememberedContext] = OrderedDict()
-        self._context_chars = 0
-        self._max_entries = max_entries
-        self._max_context_chars = max_context_chars
-
-    def add(self, turn_id: str, begun: _Begun) -> None:
-        self._turns[turn_id] = begun
-        while len(self._turns) > self._max_entries:
-            self._turns.popitem(last=False)
-
-    def pop(self, turn_id: str) -> _Begun | None:
-        return self._turns.pop(turn_id, None)
-
-    def session(self, session_id: str) -> _Claimed | None:
-        return self._sessions.get(session_id)
-
-    def remember_session(self, session_id: str, claimed: _Claimed) -> None:
-        self._sessions.pop(session_id, None)
-        self._sessions[session_id] = claimed
-        while len(self._sessions) > self._max_entries:
-            self._sessions.popitem(last=False)
-
-    @property
-    def context_chars(self) -> int:
-        """The characters of the contexts kept now."""
-        return self._context_chars
-
-    def context(self, session_id: str, digest: str, length: int) -> RememberedContext | None:
-        """The session's context if it is the one of this digest and length."""
-        known = self._contexts.get(session_id)
-        if known is None or known.digest != digest or known.length != length:
-            return None
-        return known
-
-    def move_context(self, session_id: str, context: RememberedContext) -> None:
-        known = self._sessions.get(session_id)
-        if known is not None:
-            self._sessions[session_id] = _Claimed(known.turn_count, context.digest, context.length, known.priority)
-        self._forget_context(session_id)
-        if context.chars > self._max_context_chars:
-            return
-        self._contexts[session_id] = context
-        self._context_chars += context.chars
-        while self._context_chars > self._max_context_chars or len(self._contexts) > self._max_entries:
-            _, oldest = self._contexts.popitem(last=False)
-            self._context_chars -= oldest.chars
-
-    def forget_session(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-        self._forget_context(session_id)
-
-    def _forget_context(self, session_id: str) -> None:
-        known = self._contexts.pop(session_id, None)
-        if known is not None:
-            self._context_chars -= known.chars
 
 
 def begin_turn(
@@ -251,7 +142,7 @@ def begin_turn(
             normalised,
             kept_chars + sum(map(history.message_chars, added)),
         )
-        memory.add(turn_id, _Begun(values, (digest, length) if extends else None, with_input))
+        memory.add(turn_id, BegunTurn(values, (digest, length) if extends else None, with_input))
     return cv.pending_turn_record(values, session_priority=priority)
 
 
@@ -275,7 +166,7 @@ def _claim_seq(
             "p_priority": known.priority,
         }
         if raw.count(conn, sql.CLAIM_KNOWN_SEQ, checked):
-            claimed = _Claimed(known.turn_count + 1, known.digest, known.length, known.priority)
+            claimed = ClaimedRow(known.turn_count + 1, known.digest, known.length, known.priority)
             memory.remember_session(session_id, claimed)
             return claimed.turn_count, claimed.digest, claimed.length, claimed.priority
     rows = raw.execute(conn, sql.CLAIM_SEQ, {"p_session": session_id, "p_tenant": tenant_id, "p_at": received_at})
@@ -286,7 +177,7 @@ def _claim_seq(
     row = rows[0]
     if memory is not None:
         memory.remember_session(
-            session_id, _Claimed(row.turn_count, row.context_digest, row.context_length, row.priority)
+            session_id, ClaimedRow(row.turn_count, row.context_digest, row.context_length, row.priority)
         )
     return row.turn_count, row.context_digest, row.context_length, row.priority
 
@@ -305,7 +196,7 @@ def _create_for_turn(
     values = session_values(session_id, tenant_id, now=now, turn_count=1, last_active_at=max(now, received_at))
     if raw.count(conn, inserts.session, values):
         if memory is not None:
-            memory.remember_session(session_id, _Claimed(1, history.EMPTY_DIGEST, 0, values["priority"]))
+            memory.remember_session(session_id, ClaimedRow(1, history.EMPTY_DIGEST, 0, values["priority"]))
         return 1, history.EMPTY_DIGEST, 0, values["priority"]
     # The other request's transaction has committed by now (ON CONFLICT waited for it): its row is visible.
     return _claim_seq(conn, session_id, tenant_id, received_at, memory)
@@ -422,7 +313,7 @@ def complete_turn(
     return cv.turn_record(turn, calls)
 
 
-def _complete_begun(conn: Connection, known: _Begun, params: dict[str, Any], memory: StoreMemory) -> TurnRecord:
+def _complete_begun(conn: Connection, known: BegunTurn, params: dict[str, Any], memory: StoreMemory) -> TurnRecord:
     """`complete_turn` for a turn this store began: its row is not read back, its record is what began it plus
     this end."""
     if params["p_worker"] is not None and params["p_dispatched_at"] is not None:

@@ -26,7 +26,7 @@ from sessiongate.sessions import (
 from sessiongate.sessions import _raw as raw
 from sessiongate.sessions import _statements as sql
 from sessiongate.sessions.history import split_delta
-from sessiongate.sessions.turns import RememberedContext, StoreMemory
+from sessiongate.sessions.memory import RememberedContext, StoreMemory
 
 pytestmark = pytest.mark.anyio
 
@@ -299,7 +299,7 @@ async def test_concurrent_first_turns_create_one_session(store: SqlSessionStore)
     assert (await store.get_session("racy", tenant_id="t")).turn_count == 8
 
 
-# completing a turn this store began (turns.StoreMemory) or one it did not
+# completing a turn this store began (memory.StoreMemory) or one it did not
 
 
 async def test_a_turn_completed_by_the_store_that_began_it_is_recorded_as_read_back(store: SqlSessionStore) -> None:
@@ -353,7 +353,7 @@ async def test_a_turn_begun_by_another_store_completes_on_the_general_path(
         await other.close()
 
 
-# claiming a turn's seq from what this store's own writes left on the session row (turns.StoreMemory)
+# claiming a turn's seq from what this store's own writes left on the session row (memory.StoreMemory)
 
 
 @contextmanager
@@ -428,7 +428,7 @@ async def test_a_session_row_changed_by_another_writer_is_read_back(
         await other.close()
 
 
-# comparing a request with the remembered context's messages instead of hashing them (turns.StoreMemory)
+# comparing a request with the remembered context's messages instead of hashing them (memory.StoreMemory)
 
 
 @contextmanager
