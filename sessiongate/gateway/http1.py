@@ -264,25 +264,19 @@ class Http1Pool:
     async def post_json(self, url: str, path: str, body: bytes) -> tuple[int, bytes]:
         """POST `body` (JSON) to `url` + `path`: the answer's status and body. Raises `TimeoutError` (connecting or
         waiting for the answer), `OSError` (connecting, or the connection failing) or `ProtocolError`."""
-        connection = await self._connection(url)
-        try:
-            status, content, keep_alive = await connection.request(
-                self._request(url, path, body, _JSON), self._read_timeout_s
-            )
-        except BaseException:
-            connection.close()
-            raise
-        self._put_back(url, connection, keep_alive)
-        return status, content
+        return await self._exchange(url, self._request(url, path, body, _JSON), self._read_timeout_s)
 
     async def get_json(self, url: str, path: str, *, timeout_s: float) -> tuple[int, bytes]:
         """GET `url` + `path` (a small JSON answer, such as a worker's load report) within `timeout_s`: its status and
         body. Raises as `post_json` does."""
+        return await self._exchange(url, self._request(url, path, b"", _JSON, b"GET "), timeout_s)
+
+    async def _exchange(self, url: str, request: bytes, timeout_s: float) -> tuple[int, bytes]:
+        """Send `request` on a connection to `url` and read the whole answer; the connection goes back to the pool
+        only after a complete answer that allows it."""
         connection = await self._connection(url)
         try:
-            status, content, keep_alive = await connection.request(
-                self._request(url, path, b"", _JSON, b"GET "), timeout_s
-            )
+            status, content, keep_alive = await connection.request(request, timeout_s)
         except BaseException:
             connection.close()
             raise

@@ -130,18 +130,15 @@ def begin_turn(
     raw.execute(conn, sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
     _return_tool_calls(conn, session_id, input_messages, received_at)
     if memory is not None:
-        # The context with the turn's input is the request's messages, normalised, whether they extend the context
-        # or restart it.
-        added = normalised[start:]
-        kept_chars = (
-            known.chars if extends and known is not None else sum(map(history.message_chars, normalised[:start]))
-        )
-        with_input = RememberedContext(
-            history.extend_normalised(digest if extends else history.EMPTY_DIGEST, added),
-            len(normalised),
-            normalised,
-            kept_chars + sum(map(history.message_chars, added)),
-        )
+        # The context the turn's input extends: the remembered one, else the request's first messages (none on a
+        # reset), which matched the row's digest.
+        base = known if extends and known is not None else None
+        if base is None:
+            kept = normalised[:start]
+            base = RememberedContext(
+                digest if extends else history.EMPTY_DIGEST, start, kept, sum(map(history.message_chars, kept))
+            )
+        with_input = base.extended(normalised[start:])
         memory.add(turn_id, BegunTurn(values, (digest, length) if extends else None, with_input))
     return cv.pending_turn_record(values, session_priority=priority)
 
