@@ -51,6 +51,9 @@ def _set_sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        # The group commit's savepoint journals the pages a batch changes; past 64 KiB SQLite spills that journal
+        # to a temporary file (open, unlink, a write per page, close) unless temporary storage is in memory.
+        cursor.execute("PRAGMA temp_store=MEMORY")
     finally:
         cursor.close()
 
