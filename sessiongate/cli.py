@@ -24,12 +24,14 @@ def run_server(app: Any, *, host: str, port: int, **options: Any) -> None:
     this very server)."""
     import uvicorn
 
+    from sessiongate.gateway.server_protocol import HttpProtocol
+
     uvicorn.run(
         app,
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=HttpProtocol,
         access_log=False,
         log_level="warning",
         lifespan="on",

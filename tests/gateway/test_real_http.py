@@ -20,6 +20,7 @@ import uvicorn
 
 from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
 from sessiongate.gateway.app import create_app
+from sessiongate.gateway.server_protocol import HttpProtocol
 from sessiongate.gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.anyio
@@ -37,7 +38,9 @@ def _free_port() -> int:
 @contextlib.asynccontextmanager
 async def _serve(app: Any, port: int | None = None) -> AsyncIterator[str]:
     port = port or _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    # The server protocol `sessiongate serve` runs on (gateway.server_protocol), for the fake worker too.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, http=HttpProtocol, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

@@ -1,0 +1,76 @@
+"""The HTTP/1.1 server protocol `sessiongate serve` runs on: uvicorn's httptools protocol, a response in one write.
+
+uvicorn writes a response's head when the app sends `http.response.start` and its body at each
+`http.response.body`: two system calls and two TCP segments for every non-streamed answer, and on loopback the
+kernel delivers each segment to the reader inside the writer's system call. Here a head is held until the body
+that follows it in the same step of the event loop, and both go out in one write; a head whose body is not sent in
+that step (a stream still waiting for its first chunk) goes out alone at the loop's next step. Nothing is
+reordered or dropped: a close, or any other write, sends what is held first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["HeadHoldingTransport", "HttpProtocol"]
+
+_HEAD = b"HTTP/"  # how uvicorn's response heads (and its 100 Continue) begin; a body written alone never waits
+
+
+class HeadHoldingTransport:
+    """A transport that holds a response head written on it until the next write or the loop's next step."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data[:5] == _HEAD:
+            self._held = bytes(data)
+            self._loop.call_soon(self._flush)
+        else:
+            self._transport.write(data)
+
+    def _flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + (len(self._held) if self._held is not None else 0)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> Any:  # pause_reading, set_protocol, abort, ...: the transport's own
+        return getattr(self._transport, name)
+
+
+class HttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol over a `HeadHoldingTransport`."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(HeadHoldingTransport(transport, self.loop))  # type: ignore[arg-type]  # duck-typed: the methods uvicorn calls
