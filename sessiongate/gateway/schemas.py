@@ -134,6 +134,8 @@ def _plainly_valid(body: dict[str, Any]) -> bool:
         if type(role) is not str or role not in _ROLES:
             return False
         content = message.get("content")
+        if type(content) is str and len(message) == 2:
+            continue  # a role and a text: most messages, and the rest of the loop would look up three absent keys
         if content is not None and type(content) is not str and not _list_of_objects(content):
             return False
         for name in ("name", "tool_call_id"):
