@@ -11,6 +11,7 @@ reordered or dropped: a close, or any other write, sends what is held first.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -40,6 +41,9 @@ class HeadHoldingTransport:
             self._loop.call_soon(self._flush)
         else:
             self._transport.write(data)
+
+    def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        self.write(b"".join(chunks))  # through `write`, so nothing passes a held head
 
     def _flush(self) -> None:
         held = self._held

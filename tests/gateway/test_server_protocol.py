@@ -78,6 +78,14 @@ async def test_writes_that_are_not_heads_are_not_held() -> None:
     assert inner.events == [b"5\r\nhello\r\n", b"HTTP"]
 
 
+async def test_writelines_does_not_pass_a_held_head() -> None:
+    inner = RecordingTransport()
+    transport = HeadHoldingTransport(inner, asyncio.get_running_loop())
+    transport.write(HEAD)
+    transport.writelines([b"{", b"}"])
+    assert inner.events == [HEAD + b"{}"]
+
+
 async def test_close_sends_what_is_held_first_and_other_calls_reach_the_transport() -> None:
     inner = RecordingTransport()
     transport = HeadHoldingTransport(inner, asyncio.get_running_loop())
