@@ -3,6 +3,7 @@ SGLang's HTTP API in-process (benchmarks.fake_worker)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -11,11 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.sglang_ext.ports import pick_port
 from tests.conftest import WithLifespanState
 
 WORKER_URLS = ("http://worker-a:30000", "http://worker-b:30000")
@@ -77,3 +80,21 @@ def make_gateway(tmp_path: Path) -> Callable[..., contextlib.AbstractAsyncContex
         return running_gateway(tmp_path, **settings)
 
     return make
+
+
+@contextlib.asynccontextmanager
+async def served(app: Any, *, port: int | None = None, **config: Any) -> AsyncIterator[str]:
+    """`app` behind a real uvicorn server on 127.0.0.1 (on `port`, else a free one); yields its URL. `config`: more
+    of `uvicorn.Config`'s options (`http`, `lifespan`, ...)."""
+    port = port or pick_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

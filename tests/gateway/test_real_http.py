@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,41 +15,23 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.server_protocol import HttpProtocol
 from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.sglang_ext.ports import pick_port
+
+from .conftest import served
 
 pytestmark = pytest.mark.anyio
 
 USER = {"role": "user", "content": "one two three four five six seven eight nine ten"}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@contextlib.asynccontextmanager
-async def _serve(app: Any, port: int | None = None) -> AsyncIterator[str]:
-    port = port or _free_port()
+def _serve(app: Any, port: int | None = None) -> contextlib.AbstractAsyncContextManager[str]:
     # The server protocol `sessiongate serve` runs on (gateway.server_protocol), for the fake worker too.
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, http=HttpProtocol, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    return served(app, port=port, http=HttpProtocol, lifespan="on")
 
 
 @pytest.fixture
@@ -119,7 +100,7 @@ async def test_client_hanging_up_mid_stream_is_recorded_as_cancelled(stack: tupl
 
 
 async def test_worker_that_stops_answering_gives_502_and_leaves_the_pool(tmp_path: Path) -> None:
-    worker_port = _free_port()
+    worker_port = pick_port()
     settings = GatewaySettings(
         allow_unauthenticated=True,
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
@@ -152,7 +133,7 @@ async def test_worker_down_at_start_is_not_routable(tmp_path: Path) -> None:
     settings = GatewaySettings(
         allow_unauthenticated=True,
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
-        workers=(f"http://127.0.0.1:{_free_port()}",),
+        workers=(f"http://127.0.0.1:{pick_port()}",),
     )
     async with _serve(create_app(settings)) as gateway_url, httpx.AsyncClient(base_url=gateway_url) as client:
         ready = await client.get("/readyz")

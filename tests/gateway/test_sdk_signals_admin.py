@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -15,7 +14,6 @@ import anyio
 import httpx
 import jsonschema
 import pytest
-import uvicorn
 
 from sessiongate.gateway.openapi import openapi_document
 from sessiongate.sdk import (
@@ -28,7 +26,7 @@ from sessiongate.sdk import (
     Turn,
 )
 
-from .conftest import Gateway, running_gateway
+from .conftest import Gateway, running_gateway, served
 
 pytestmark = pytest.mark.anyio
 
@@ -228,29 +226,15 @@ async def test_admin_client_sessions_kv_workers_and_stats(tmp_path: Path) -> Non
                 await bad.admin.advisory_stats()
 
 
-@contextlib.asynccontextmanager
-async def _served(gw: Gateway) -> AsyncIterator[str]:
+def _served(gw: Gateway) -> contextlib.AbstractAsyncContextManager[str]:
     """The same gateway app behind a real socket, for the synchronous client."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":  # the lifespan already runs in `running_gateway`
             return
         await gw.client._transport.app(scope, receive, send)
 
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    return served(app, lifespan="off")
 
 
 async def test_sync_client_signals_and_admin_over_real_http(tmp_path: Path) -> None:

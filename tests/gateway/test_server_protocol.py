@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-import uvicorn
 
 from sessiongate.gateway.server_protocol import HeadHoldingTransport, HttpProtocol
+
+from .conftest import served
 
 pytestmark = pytest.mark.anyio
 
@@ -101,13 +100,6 @@ async def test_close_sends_what_is_held_first_and_other_calls_reach_the_transpor
 # The real server
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 class _SocketWrites:
     """What reaches the sockets' transports: each write's bytes, per connection."""
 
@@ -129,34 +121,13 @@ class _SocketWrites:
         return Spy()  # type: ignore[return-value]
 
 
-@contextlib.asynccontextmanager
-async def _serve(app: Any, writes: _SocketWrites) -> AsyncIterator[str]:
+def _serve(app: Any, writes: _SocketWrites) -> contextlib.AbstractAsyncContextManager[str]:
     class SpiedProtocol(HttpProtocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
             assert isinstance(transport, asyncio.Transport)
             super().connection_made(writes.spy(transport))
 
-    port = _free_port()
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        http=SpiedProtocol,
-        log_level="warning",
-        lifespan="off",
-        timeout_graceful_shutdown=5,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    return served(app, http=SpiedProtocol, lifespan="off", timeout_graceful_shutdown=5)
 
 
 async def test_a_whole_response_is_one_write_on_the_socket() -> None:
