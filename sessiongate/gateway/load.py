@@ -48,7 +48,7 @@ class LoadPoller:
 
     async def _get(self, worker: Worker) -> tuple[int, bytes] | None:
         """The load report's status and body; None when the worker could not be asked."""
-        timeout_s = max(self.interval_s * 4, 1.0)
+        timeout_s = self.stale_after_s  # a report that took longer would be stale on arrival
         try:
             if self.fast is not None and worker.url.startswith("http://"):
                 return await self.fast.get_json(worker.url, LOAD_PATH, timeout_s=timeout_s)
