@@ -22,6 +22,12 @@ CPU patches (`cpu_patches`), applied by `sglang_ext.cpu_compat` right after each
   first, as undefined as on a GPU until the copy lands) and returns; `cache_controller.LayerLoadingEvent`
   gets `DeferredEvent`s, so `LayerDoneCounter.wait_until` blocks until the layer is there and the
   load ring's reuse check (`update_producer`) sees a copy still running.
+- `fork_start` - `engine._set_envs_and_config` sets multiprocessing's start method to `fork` after
+  SGLang's own `spawn`: the scheduler and detokenizer processes inherit the server process's imports
+  instead of importing torch and SGLang again (spawn is there for CUDA, which a forked child cannot
+  use; a CPU worker has none). Kept `spawn` if the process runs other threads by then (a fork
+  copies only the calling thread, and the locks the others held). A forked child loads the plug-ins
+  again (`plugins._plugins_loaded` reset after the fork), as a spawned one does.
 
 The internals behind the load report and advisory prefetch (IPC with the scheduler, the
 scheduler-side prefetch, the HTTP-side helpers) live in the `sglang_ext.internals` package, split
@@ -62,10 +68,12 @@ HOST_POOL_MHA_MODULE = "sglang.srt.mem_cache.pool_host.mha"
 CACHE_CONTROLLER_MODULE = "sglang.srt.managers.cache_controller"
 L2_TRANSFER_MODULE = "sglang.srt.mem_cache.l2_transfer"
 HTTP_SERVER_MODULE = "sglang.srt.entrypoints.http_server"
+ENGINE_MODULE = "sglang.srt.entrypoints.engine"
+PLUGINS_MODULE = "sglang.srt.plugins"
 FUNCTION_CALL_PARSER_MODULE = "sglang.srt.function_call.function_call_parser"
 QWEN25_DETECTOR_MODULE = "sglang.srt.function_call.qwen25_detector"
 
-PATCH_GROUPS = ("attention", "hicache", "deferred_h2d")
+PATCH_GROUPS = ("attention", "hicache", "deferred_h2d", "fork_start")
 # Off unless asked for (`cpu_patches(h2d_layer_delay_s=...)`): a test device, not a fix.
 OPT_IN_PATCH_GROUPS = ("deferred_h2d",)
 
@@ -245,12 +253,47 @@ def _patch_deferred_host_to_device(module: ModuleType, layer_delay_s: float) -> 
     engine.submit_host_to_device = submit_host_to_device
 
 
+def _patch_fork_start(module: ModuleType) -> None:
+    import importlib
+    import logging
+    import multiprocessing
+    import os
+    import threading
+
+    require_supported_version()
+    set_envs_and_config = _attribute(module, "_set_envs_and_config")
+    plugins = importlib.import_module(PLUGINS_MODULE)
+    _attribute(plugins, "_plugins_loaded")
+
+    def load_plugins_again() -> None:
+        # SGLang loads the plug-ins once a process (`load_plugins`, guarded by this flag); a forked child inherits
+        # the flag set, and its own call (the scheduler's, the detokenizer's) would skip what a child must install:
+        # sessiongate's scheduler hooks. Its hooks registry skips targets already patched.
+        plugins._plugins_loaded = False  # type: ignore[attr-defined]
+
+    @functools.wraps(set_envs_and_config)
+    def set_envs_and_config_forking(*args: Any, **kwargs: Any) -> Any:
+        result = set_envs_and_config(*args, **kwargs)
+        if threading.active_count() == 1:
+            multiprocessing.set_start_method("fork", force=True)
+            os.register_at_fork(after_in_child=load_plugins_again)
+        else:
+            logging.getLogger(__name__).info(
+                "sessiongate: starting SGLang's processes with spawn, not fork: %d threads run in this process",
+                threading.active_count(),
+            )
+        return result
+
+    module._set_envs_and_config = set_envs_and_config_forking  # type: ignore[attr-defined]
+
+
 _CPU_PATCHES: Mapping[str, Sequence[tuple[str, Callable[[ModuleType], None]]]] = {
     TORCH_NATIVE_BACKEND_MODULE: (("attention", _patch_extend_attention),),
     HOST_POOL_COMMON_MODULE: (("hicache", _patch_host_register),),
     HOST_POOL_BASE_MODULE: (("hicache", _patch_host_pin_memory),),
     HOST_POOL_MHA_MODULE: (("hicache", _patch_mha_direct_transfers),),
     CACHE_CONTROLLER_MODULE: (("deferred_h2d", _patch_deferred_layer_events),),
+    ENGINE_MODULE: (("fork_start", _patch_fork_start),),
 }
 
 

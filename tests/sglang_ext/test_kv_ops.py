@@ -32,10 +32,11 @@ _tokens = itertools.count(1)
 @pytest.fixture(scope="module")
 def sglang_cache_classes(cpu_compat: bool) -> None:
     """HiCache's host tier needs the CPU layer's `hicache` patches (the attention ones are not
-    applied: other tests in this process compare against SGLang's own attention code)."""
+    applied: other tests in this process compare against SGLang's own attention code; nor is `fork_start`,
+    which is about a server process)."""
     if not cpu_compat:
         return
-    for module_name, patches in cpu_patches(disabled=("attention",)).items():
+    for module_name, patches in cpu_patches(disabled=("attention", "fork_start")).items():
         module = importlib.import_module(module_name)
         for patch in patches:
             patch(module)
