@@ -274,13 +274,13 @@ def _patch_fork_start(module: ModuleType) -> None:
     @functools.wraps(set_envs_and_config)
     def set_envs_and_config_forking(*args: Any, **kwargs: Any) -> Any:
         result = set_envs_and_config(*args, **kwargs)
-        if threading.active_count() == 1:
+        threads = threading.active_count()
+        if threads == 1:
             multiprocessing.set_start_method("fork", force=True)
             os.register_at_fork(after_in_child=load_plugins_again)
         else:
             logging.getLogger(__name__).info(
-                "sessiongate: starting SGLang's processes with spawn, not fork: %d threads run in this process",
-                threading.active_count(),
+                "sessiongate: starting SGLang's processes with spawn, not fork: %d threads run in this process", threads
             )
         return result
 

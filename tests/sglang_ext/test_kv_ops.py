@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sessiongate.sglang_ext.sglang_internals import cpu_patches
+from sessiongate.sglang_ext.sglang_internals import PATCH_GROUPS, cpu_patches
 
 PAGE = 4
 DEVICE_TOKENS = 96
@@ -31,12 +31,11 @@ _tokens = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def sglang_cache_classes(cpu_compat: bool) -> None:
-    """HiCache's host tier needs the CPU layer's `hicache` patches (the attention ones are not
-    applied: other tests in this process compare against SGLang's own attention code; nor is `fork_start`,
-    which is about a server process)."""
+    """HiCache's host tier needs the CPU layer's `hicache` patches, and only those (the attention ones are not
+    applied: other tests in this process compare against SGLang's own attention code)."""
     if not cpu_compat:
         return
-    for module_name, patches in cpu_patches(disabled=("attention", "fork_start")).items():
+    for module_name, patches in cpu_patches(disabled=set(PATCH_GROUPS) - {"hicache"}).items():
         module = importlib.import_module(module_name)
         for patch in patches:
             patch(module)
