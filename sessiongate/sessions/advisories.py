@@ -1,4 +1,5 @@
-"""Writing advisories: one at a time as the advisor creates them, and the "missed" records in batches.
+"""Advisories in the store: written one at a time as the advisor creates them, the "missed" records in batches;
+settled once; listed by session.
 
 SQLAlchemy Core statements built once (`_statements`), not the ORM's unit of work: the advisor writes a "missed"
 record for most follow-up turns, so these are on the per-request path. The missed records of many turns go in
@@ -12,16 +13,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from . import _convert as cv
 from . import _raw as raw
 from . import _statements as sql
-from .errors import SessionNotFound
+from .errors import AdvisoryNotFound, InvalidTransition, SessionNotFound
 from .models import Advisory
 from .records import AdvisoryRecord, MissedTurn
 
-__all__ = ["insert_advisory", "insert_missed"]
+__all__ = ["insert_advisory", "insert_missed", "list_advisories", "resolve_advisory"]
 
 
 def _values(advisory: Advisory) -> dict[str, Any]:
@@ -94,3 +96,38 @@ def insert_missed(conn: Connection, missed: Sequence[MissedTurn]) -> int:
     if rows:
         raw.execute_many(conn, sql.INSERT_MISSED, rows)
     return len(rows)
+
+
+async def resolve_advisory(
+    db: AsyncSession, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None
+) -> AdvisoryRecord:
+    """Settle a pending advisory; `InvalidTransition` if it is settled already (an advisory is settled once)."""
+    values = {
+        Advisory.outcome: cv.one_of(outcome, cv.ADVISORY_OUTCOMES, "outcome"),
+        Advisory.resolved_at: cv.aware(resolved_at, "resolved_at"),
+        Advisory.turn_id: turn_id,
+    }
+    row = await db.scalar(
+        update(Advisory)
+        .where(Advisory.id == advisory_id, Advisory.outcome == "pending")
+        .values(values)
+        .returning(Advisory)
+        .execution_options(populate_existing=True)
+    )
+    if row is not None:
+        return cv.advisory_record(row)
+    current = await db.scalar(select(Advisory.outcome).where(Advisory.id == advisory_id))
+    if current is None:
+        raise AdvisoryNotFound(advisory_id)
+    raise InvalidTransition(f"advisory {advisory_id!r} is already resolved ({current})")
+
+
+async def list_advisories(
+    db: AsyncSession, session_id: str, *, outcome: str | None, limit: int
+) -> list[AdvisoryRecord]:
+    """The session's advisories, oldest first (the caller has checked the session is the tenant's)."""
+    stmt = select(Advisory).where(Advisory.session_id == session_id)
+    if outcome is not None:
+        stmt = stmt.where(Advisory.outcome == outcome)
+    stmt = stmt.order_by(Advisory.created_at, Advisory.id).limit(limit)
+    return [cv.advisory_record(row) for row in await db.scalars(stmt)]

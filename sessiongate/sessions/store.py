@@ -4,8 +4,10 @@ The gateway holds one store for the life of the process and calls it from many t
 opens its own transaction, commits before returning and returns frozen records, never ORM objects. The calls
 made for every chat turn (`begin_turn`, `mark_dispatched`, `complete_turn`, `fail_turn`) run SQLAlchemy Core on
 a connection (`_connection`), the others the ORM on an `AsyncSession` (`_transaction`); both translate database
-failures into `StoreUnavailable` (`_store_errors`). Turn and tool-call logic lives in `turns.py`. Inserts that
-may race (session get-or-create, tenants, worker upserts) use the backend's `INSERT ... ON CONFLICT`.
+failures into `StoreUnavailable` (`_store_errors`). The store opens transactions and delegates: turns and tool
+calls to `turns.py`, session rows to `session_rows.py`, advisories, keys and tenants, idempotency keys and
+instance leases to their modules. Inserts that may race (session get-or-create, tenants, worker upserts) use the
+backend's `INSERT ... ON CONFLICT`.
 """
 
 from __future__ import annotations
@@ -16,28 +18,23 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Select, and_, delete, or_, select, text, update
+from sqlalchemy import Connection, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
-from sqlalchemy.orm import InstrumentedAttribute
 
 from . import _convert as cv
-from . import _statements as sql
-from . import advisories, history, idempotency, instances, keys, turns
-from ._sql import insert_on_conflict, session_values, tenant_values
+from . import advisories, history, idempotency, instances, keys, session_rows, turns
+from ._sql import insert_on_conflict
 from .database import create_engine, sqlite_file_engine
 from .errors import (
-    AdvisoryNotFound,
-    InvalidTransition,
     SessionExists,
-    SessionNotFound,
     StoreError,
     StoreUnavailable,
     is_unavailable,
 )
 from .group_commit import GroupCommitter
 from .memory import StoreMemory
-from .models import Advisory, Session, Tenant, ToolCall, Worker
+from .models import Session, ToolCall, Worker
 from .protocol import SessionStore
 from .records import (
     AdvisoryRecord,
@@ -134,14 +131,6 @@ class SqlSessionStore:
                 return await conn.run_sync(work, *args, **kwargs)
         return await self._group_commit.run(lambda conn: work(conn, *args, **kwargs))
 
-    async def _insert_session(
-        self, db: AsyncSession, session_id: str, tenant_id: str, priority: int, metadata: Mapping[str, Any]
-    ) -> Session | None:
-        now = self._clock()
-        await db.execute(insert_on_conflict(self._backend, Tenant, tenant_values(tenant_id, now)))
-        values = session_values(session_id, tenant_id, now=now, priority=priority, metadata=metadata)
-        return await db.scalar(insert_on_conflict(self._backend, Session, values).returning(Session))
-
     # sessions
 
     async def create_session(
@@ -154,43 +143,31 @@ class SqlSessionStore:
     ) -> SessionRecord:
         session_id = cv.check_session_id(session_id) if session_id is not None else cv.new_id("sess_")
         async with self._transaction() as db:
-            row = await self._insert_session(db, session_id, tenant_id, priority, metadata or {})
+            row = await session_rows.insert_session(
+                db, self._backend, session_id, tenant_id, priority=priority, metadata=metadata or {}, now=self._clock()
+            )
             if row is None:
                 raise SessionExists(session_id)
             return cv.session_record(row)
 
     async def get_session(self, session_id: str, *, tenant_id: str) -> SessionRecord:
         async with self._transaction(write=False) as db:
-            return cv.session_record(await turns.session_row(db, session_id, tenant_id))
+            return cv.session_record(await session_rows.session_row(db, session_id, tenant_id))
 
     async def get_or_create_session(self, session_id: str, *, tenant_id: str) -> tuple[SessionRecord, bool]:
         cv.check_session_id(session_id)
-        by_id = {"p_session": session_id}
         async with self._transaction() as db:
-            row = await db.scalar(sql.SESSION_BY_ID, by_id)
-            if row is None:
-                row = await self._insert_session(db, session_id, tenant_id, 0, {})
-                if row is not None:
-                    return cv.session_record(row), True
-                # Another caller inserted it since our SELECT (its transaction has committed by now).
-                row = await db.scalar(sql.SESSION_BY_ID, by_id, execution_options={"populate_existing": True})
-                if row is None:
-                    raise SessionNotFound(session_id)  # and it was deleted again in between
-            if row.tenant_id != tenant_id:
-                raise SessionExists(session_id)
-            return cv.session_record(row), False
+            row, created = await session_rows.get_or_create_session(
+                db, self._backend, session_id, tenant_id, now=self._clock()
+            )
+            return cv.session_record(row), created
 
     async def list_sessions(
         self, *, tenant_id: str, limit: int = 20, after: str | None = None, state: str | None = None
     ) -> Page[SessionRecord]:
         cv.check_limit(limit)
-        stmt = select(Session).where(Session.tenant_id == tenant_id)
-        if state is not None:
-            stmt = stmt.where(Session.state == cv.one_of(state, cv.SESSION_STATES, "state"))
         async with self._transaction(write=False) as db:
-            return await _newest_first(
-                db, stmt, Session.created_at, after=after, limit=limit, cursor_scope=(Session.tenant_id == tenant_id,)
-            )
+            return await session_rows.list_sessions(db, tenant_id=tenant_id, limit=limit, after=after, state=state)
 
     async def update_session(
         self,
@@ -209,43 +186,22 @@ class SqlSessionStore:
         if state is not None:
             values[Session.state] = cv.one_of(state, cv.SESSION_STATES, "state")
         async with self._transaction() as db:
-            if not values:
-                return cv.session_record(await turns.session_row(db, session_id, tenant_id))
-            row = await db.scalar(
-                update(Session)
-                .where(Session.id == session_id, Session.tenant_id == tenant_id)
-                .values(values)
-                .returning(Session)
-                .execution_options(populate_existing=True)
-            )
-            if row is None:
-                raise SessionNotFound(session_id)
-            return cv.session_record(row)
+            return cv.session_record(await session_rows.update_session(db, session_id, tenant_id, values))
 
     async def delete_session(self, session_id: str, *, tenant_id: str) -> None:
         async with self._transaction() as db:
-            deleted = await db.scalar(
-                delete(Session)
-                .where(Session.id == session_id, Session.tenant_id == tenant_id)
-                .returning(Session.id)
-                .execution_options(synchronize_session=False)
-            )
-            if deleted is None:
-                raise SessionNotFound(session_id)
+            await session_rows.delete_session(db, session_id, tenant_id)
 
     async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
         async with self._transaction(write=False) as db:
-            await turns.session_row(db, session_id, tenant_id)
+            await session_rows.session_row(db, session_id, tenant_id)
             return history.context_messages(await turns.context_turns(db, session_id))
 
     # administration (across tenants)
 
     async def find_session(self, session_id: str) -> SessionRecord:
         async with self._transaction(write=False) as db:
-            row = await db.get(Session, session_id)
-            if row is None:
-                raise SessionNotFound(session_id)
-            return cv.session_record(row)
+            return cv.session_record(await session_rows.find_session(db, session_id))
 
     async def search_sessions(
         self,
@@ -260,21 +216,18 @@ class SqlSessionStore:
         after: str | None = None,
     ) -> Page[SessionRecord]:
         cv.check_limit(limit)
-        stmt = select(Session)
-        if tenant_id is not None:
-            stmt = stmt.where(Session.tenant_id == tenant_id)
-        if state is not None:
-            stmt = stmt.where(Session.state == cv.one_of(state, cv.SESSION_STATES, "state"))
-        if active_after is not None:
-            stmt = stmt.where(Session.last_active_at >= cv.aware(active_after, "active_after"))
-        if active_before is not None:
-            stmt = stmt.where(Session.last_active_at < cv.aware(active_before, "active_before"))
-        if min_priority is not None:
-            stmt = stmt.where(Session.priority >= min_priority)
-        if max_priority is not None:
-            stmt = stmt.where(Session.priority <= max_priority)
         async with self._transaction(write=False) as db:
-            return await _newest_first(db, stmt, Session.last_active_at, after=after, limit=limit)
+            return await session_rows.search_sessions(
+                db,
+                tenant_id=tenant_id,
+                state=state,
+                active_after=active_after,
+                active_before=active_before,
+                min_priority=min_priority,
+                max_priority=max_priority,
+                limit=limit,
+                after=after,
+            )
 
     # turns
 
@@ -372,7 +325,7 @@ class SqlSessionStore:
     ) -> list[TurnRecord]:
         cv.check_limit(limit)
         async with self._transaction(write=False) as db:
-            await turns.session_row(db, session_id, tenant_id)
+            await session_rows.session_row(db, session_id, tenant_id)
             rows = await turns.list_turns(db, session_id, limit=limit, after_seq=after_seq)
             advised = await turns.turn_advisories(db, session_id, [row.id for row in rows])
             return [cv.turn_record(row, row.tool_calls, advised.get(row.id)) for row in rows]
@@ -405,13 +358,13 @@ class SqlSessionStore:
     ) -> ToolCallRecord:
         returned_at = cv.aware(returned_at, "returned_at")
         async with self._transaction() as db:
-            await turns.session_row(db, session_id, tenant_id)
+            await session_rows.session_row(db, session_id, tenant_id)
             call = await turns.record_tool_result(db, session_id, call_id, content=content, returned_at=returned_at)
             return cv.tool_call_record(call)
 
     async def pending_tool_calls(self, session_id: str, *, tenant_id: str) -> list[ToolCallRecord]:
         async with self._transaction(write=False) as db:
-            await turns.session_row(db, session_id, tenant_id)
+            await session_rows.session_row(db, session_id, tenant_id)
             rows = await db.scalars(
                 select(ToolCall)
                 .where(ToolCall.session_id == session_id, ToolCall.result.is_(None))
@@ -455,37 +408,18 @@ class SqlSessionStore:
     async def resolve_advisory(
         self, advisory_id: str, *, outcome: str, resolved_at: datetime, turn_id: str | None = None
     ) -> AdvisoryRecord:
-        values = {
-            Advisory.outcome: cv.one_of(outcome, cv.ADVISORY_OUTCOMES, "outcome"),
-            Advisory.resolved_at: cv.aware(resolved_at, "resolved_at"),
-            Advisory.turn_id: turn_id,
-        }
         async with self._transaction() as db:
-            row = await db.scalar(
-                update(Advisory)
-                .where(Advisory.id == advisory_id, Advisory.outcome == "pending")
-                .values(values)
-                .returning(Advisory)
-                .execution_options(populate_existing=True)
+            return await advisories.resolve_advisory(
+                db, advisory_id, outcome=outcome, resolved_at=resolved_at, turn_id=turn_id
             )
-            if row is not None:
-                return cv.advisory_record(row)
-            current = await db.scalar(select(Advisory.outcome).where(Advisory.id == advisory_id))
-            if current is None:
-                raise AdvisoryNotFound(advisory_id)
-            raise InvalidTransition(f"advisory {advisory_id!r} is already resolved ({current})")
 
     async def list_advisories(
         self, session_id: str, *, tenant_id: str, outcome: str | None = None, limit: int = 100
     ) -> list[AdvisoryRecord]:
         cv.check_limit(limit)
-        stmt = select(Advisory).where(Advisory.session_id == session_id)
-        if outcome is not None:
-            stmt = stmt.where(Advisory.outcome == outcome)
-        stmt = stmt.order_by(Advisory.created_at, Advisory.id).limit(limit)
         async with self._transaction(write=False) as db:
-            await turns.session_row(db, session_id, tenant_id)
-            return [cv.advisory_record(row) for row in await db.scalars(stmt)]
+            await session_rows.session_row(db, session_id, tenant_id)
+            return await advisories.list_advisories(db, session_id, outcome=outcome, limit=limit)
 
     # workers
 
@@ -646,26 +580,6 @@ class SqlSessionStore:
 
 def _implements_protocol(store: SqlSessionStore) -> SessionStore:
     return store  # mypy checks that SqlSessionStore satisfies SessionStore
-
-
-async def _newest_first(
-    db: AsyncSession,
-    stmt: Select[Session],
-    column: InstrumentedAttribute[datetime],
-    *,
-    after: str | None,
-    limit: int,
-    cursor_scope: tuple[ColumnElement[bool], ...] = (),
-) -> Page[SessionRecord]:
-    """One page of sessions, newest `column` first and ties by id (keyset pagination: `after` is the last id
-    of the previous page; `cursor_scope` restricts which sessions may serve as that cursor)."""
-    if after is not None:
-        cursor = await db.scalar(select(column).where(Session.id == after, *cursor_scope))
-        if cursor is None:
-            raise SessionNotFound(after)
-        stmt = stmt.where(or_(column < cursor, and_(column == cursor, Session.id > after)))
-    rows = (await db.scalars(stmt.order_by(column.desc(), Session.id).limit(limit + 1))).all()
-    return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
 
 
 def _store_error(exc: BaseException) -> BaseException:

@@ -43,7 +43,7 @@ from . import history
 from ._sql import session_values, tenant_values
 from .errors import InvalidTransition, SessionExists, SessionNotFound, ToolCallNotFound, TurnNotFound
 from .memory import BegunTurn, ClaimedRow, RememberedContext, StoreMemory
-from .models import Advisory, Session, ToolCall, Turn
+from .models import Advisory, ToolCall, Turn
 from .records import TurnAdvisory, TurnRecord
 
 __all__ = [
@@ -56,16 +56,8 @@ __all__ = [
     "list_turns",
     "mark_dispatched",
     "record_tool_result",
-    "session_row",
     "turn_advisories",
 ]
-
-
-async def session_row(db: AsyncSession, session_id: str, tenant_id: str) -> Session:
-    row = await db.scalar(select(Session).where(Session.id == session_id, Session.tenant_id == tenant_id))
-    if row is None:
-        raise SessionNotFound(session_id)
-    return row
 
 
 async def context_turns(db: AsyncSession, session_id: str) -> Sequence[Row[Any]]:
