@@ -15,8 +15,9 @@ state whether it ended, was extended, or was claimed (then the claimer settled i
 shared lists as well, so the adaptive rule judges a session, tenant or kind by every replica's outcomes. A shared
 state that does not answer leaves each replica with its own book, as with one replica.
 
-Two parts live apart, owned by the advisor: the calls to the shared state (`replicas.SharedAdvisories`), and the
-tool-call KV lifecycle's learnt state and its retain (`tool_lifecycle.ToolLifecycle`).
+Three parts live apart, owned by the advisor: the calls to the shared state (`replicas.SharedAdvisories`), the
+tool-call KV lifecycle's learnt state and its retain (`tool_lifecycle.ToolLifecycle`), and each advisory's
+prefetch, from the store to the worker (`prefetch.Prefetcher`).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from sessiongate.gateway.extension import ExtensionClient
 from sessiongate.gateway.router import Router
 from sessiongate.gateway.routing import Reservation, WorkerView
 from sessiongate.gateway.shared import SharedState
-from sessiongate.sglang_ext.protocol import PrefetchRequest
 
-from .core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
+from .core import AdvisorBook, Claim, LiveAdvisory, settle
+from .prefetch import Prefetcher
 from .quality import HintQuality, Tier
 from .replicas import SharedAdvisories
 from .stats import AdvisoryStats
@@ -47,8 +48,6 @@ from .toolkv import ResultGaps, ToolDurations, ToolKVDecision, ToolKVPolicy
 __all__ = ["Advisor"]
 
 log = structlog.get_logger(__name__)
-
-_TERMINAL = ("done", "cancelled", "failed", "expired")
 
 
 def _utcnow() -> datetime:
@@ -77,12 +76,8 @@ class Advisor:
         tool_kv: ToolKVPolicy | None = None,
         tool_kv_enabled: bool = True,
     ) -> None:
-        # The tenant's cache salt is part of every KV key: a prefetch without the salt the real request
-        # carries would bring pages the request can never hit.
-        self.cache_salt_for = cache_salt_for
         self.store = store
         self.router = router
-        self.extension = extension
         self.book = AdvisorBook(ttl_s=ttl_s, stop_grace_s=stop_grace_s)
         self.quality = HintQuality()
         self.stats = AdvisoryStats()
@@ -93,7 +88,6 @@ class Advisor:
         self.tool_kv_enabled = tool_kv_enabled
         self.lead_s = lead_s
         self.tool_result_trigger = tool_result_trigger
-        self.poll_interval_s = poll_interval_s
         self.clock = clock
         self.wall = wall
         self._claims: dict[str, Claim] = {}
@@ -107,6 +101,18 @@ class Advisor:
         self.replicas = SharedAdvisories(shared, replica=replica, unix=unix, quality=self.quality)
         self.shared = self.replicas.state
         self.unix = unix
+        self.prefetcher = Prefetcher(
+            store=store,
+            extension=extension,
+            router=router,
+            stats=self.stats,
+            replicas=self.replicas,
+            tools=self.tools,
+            cache_salt_for=cache_salt_for,
+            poll_interval_s=poll_interval_s,
+            clock=lambda: self.clock(),
+            unix=lambda: self.unix(),
+        )
 
     # The lifecycle's learnt state, as the advisor's attributes (where tests seed it).
 
@@ -180,7 +186,7 @@ class Advisor:
         """An advisory left the book with no request: settle it, and stop its prefetch if still running."""
         self._settle(advisory, outcome, turn_id=None)
         if advisory.prefetch_id and advisory.worker_url and advisory.ready_at is None:
-            self._spawn(self._cancel_prefetch(advisory))
+            self._spawn(self.prefetcher.cancel(advisory))
 
     # signals
 
@@ -462,87 +468,12 @@ class Advisor:
         if not await self.replicas.update(advisory, fired=True):
             return  # a turn on another replica claimed it before it was due: nothing left to prefetch for
         try:
-            await self._prefetch(advisory)
+            await self.prefetcher.run(advisory, live=lambda: self.book.live.get(advisory.session_id) is advisory)
         except (UpstreamError, sessions.StoreError) as exc:
             advisory.failed = True
             await self.replicas.update(advisory, failed=True)
             unsupported = isinstance(exc, WorkerRejected) and exc.status_code == 404
             log.info("prefetch_failed", advisory_id=advisory.id, worker=advisory.worker_id, unsupported=unsupported)
-
-    async def _prefetch(self, advisory: LiveAdvisory) -> None:
-        session_id, tenant_id = advisory.session_id, advisory.tenant_id
-        context = await self.store.session_context(session_id, tenant_id=tenant_id)
-        if not context:
-            advisory.ready_at = self.clock()  # nothing to bring: the reservation alone
-            await self.replicas.update(advisory, ready_at=self.unix())
-            return
-        record = await self.store.get_session(session_id, tenant_id=tenant_id)
-        tools = await self._last_tools(session_id, tenant_id, record.turn_count)
-        if advisory.action == "retain" and await self.tools.retain(advisory, context, tools, record.priority):
-            advisory.ready_at, advisory.bytes_loaded = self.clock(), 0  # ready where it is, nothing loaded
-            return
-        request = PrefetchRequest(
-            session_id=session_id,
-            messages=context,
-            tools=tools,
-            priority=record.priority,
-            ttl_ms=max(int((advisory.expires_at - self.clock()) * 1000), 1),
-            target="host" if advisory.target == "host" else "device",
-            cache_salt=self.cache_salt_for(tenant_id) if self.cache_salt_for else None,
-        )
-        url = advisory.worker_url or ""
-        self.stats.prefetch_sent(request.target)
-        sent_at = self.clock()
-        accepted = await self.extension.prefetch(advisory.worker_id, url, request)
-        advisory.prefetch_id, advisory.tokens = accepted.prefetch_id, accepted.tokens
-        state, status = accepted.state, None
-        while state not in _TERMINAL and self.book.live.get(session_id) is advisory:
-            await asyncio.sleep(self.poll_interval_s)
-            status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
-            state = status.state
-        if state == "done":
-            advisory.ready_at = ready_at = self.clock()
-            if status is None:  # done on arrival: read what it brought
-                status = await self.extension.prefetch_status(advisory.worker_id, url, accepted.prefetch_id)
-            advisory.bytes_loaded = status.bytes_loaded
-            await self.replicas.update(advisory, ready_at=self._to_unix(ready_at), bytes_loaded=status.bytes_loaded)
-            self.stats.prefetch_done(ready_at - sent_at, status.bytes_loaded)
-            resident, tier = prefetch_residency(
-                tokens=status.tokens,
-                target=status.target,
-                on_device=status.pages_on_device,
-                in_host=status.pages_in_host,
-                unavailable=status.pages_unavailable,
-            )
-            self.router.belief.after_prefetch(
-                session_id, advisory.worker_id, tokens=resident, tier=tier, now=self.clock()
-            )
-            await self.router.publish_kv(session_id)
-            log.info(
-                "prefetch_done",
-                advisory_id=advisory.id,
-                worker=advisory.worker_id,
-                resident_tokens=resident,
-                pages_on_device=status.pages_on_device,
-                pages_in_host=status.pages_in_host,
-                pages_unavailable=status.pages_unavailable,
-            )
-        elif state in _TERMINAL:
-            advisory.failed = True
-            await self.replicas.update(advisory, failed=True)
-
-    async def _last_tools(self, session_id: str, tenant_id: str, turn_count: int) -> list[dict[str, Any]] | None:
-        turns = await self.store.list_turns(session_id, tenant_id=tenant_id, after_seq=max(turn_count - 1, 0), limit=1)
-        tools = turns[-1].request.get("tools") if turns else None
-        return tools if isinstance(tools, list) and tools else None
-
-    async def _cancel_prefetch(self, advisory: LiveAdvisory) -> None:
-        assert advisory.prefetch_id is not None
-        assert advisory.worker_url is not None
-        try:
-            await self.extension.cancel_prefetch(advisory.worker_id, advisory.worker_url, advisory.prefetch_id)
-        except UpstreamError as exc:
-            log.debug("prefetch_cancel_failed", advisory_id=advisory.id, error=exc.message)
 
     def _settle(
         self, advisory: LiveAdvisory, outcome: str, *, turn_id: str | None, lead_s: float | None = None
