@@ -90,7 +90,7 @@ def load_plugin() -> None:
     sglang_internals.require_supported_version()
     sglang_internals.register_json_required_tool_parser(TINY_TOOL_CALL_PARSER)
     # Imported here: these modules import SGLang, which only its own processes have loaded.
-    from sessiongate.sglang_ext.internals import ipc, kv_ops, scheduler_ops
+    from sessiongate.sglang_ext.internals import ipc, kv_ops, scheduler_hooks
 
     ipc.register_types()
     if _is_http_server_process():
@@ -104,7 +104,7 @@ def load_plugin() -> None:
         add_route(f"{PREFETCH_PATH}/{{prefetch_id}}", endpoints.prefetch_status, ["GET"])
         add_route(f"{PREFETCH_PATH}/{{prefetch_id}}", endpoints.cancel_prefetch, ["DELETE"])
         add_route(f"{SESSIONS_PATH}/{{session_id}}/{{operation}}", endpoints.session_kv, ["POST"])
-    elif scheduler_ops.install_scheduler_hooks():
+    elif scheduler_hooks.install_scheduler_hooks():
         # Read when the scheduler builds its radix cache, after the plug-ins are loaded.
         name, value = kv_ops.PYTHON_TREE_CORE_ENV
         os.environ[name] = value

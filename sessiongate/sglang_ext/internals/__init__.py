@@ -7,6 +7,7 @@ the one place that references SGLang's internal modules; it was split along the 
   ZMQ channels (registered with its msgpack codec), and the hooks that install them;
 - `scheduler_ops`: what runs on the scheduler's thread: prefetch from the L3 pool into host and
   device memory with UnifiedRadixCache's own machinery, and the counters the load report needs;
+  `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
 - `http_ops`: what runs in the HTTP server process: routes on SGLang's FastAPI app, the chat
   template rendering of the OpenAI endpoint, the scheduler's published load snapshot, and the
   awaitable calls into the scheduler.
