@@ -83,6 +83,10 @@ class StoreMemory:
     def pop(self, turn_id: str) -> BegunTurn | None:
         return self._turns.pop(turn_id, None)
 
+    def turns_in_flight(self) -> int:
+        """The turns begun here and not ended (at most `max_entries`)."""
+        return len(self._turns)
+
     def session(self, session_id: str) -> ClaimedRow | None:
         return self._sessions.get(session_id)
 

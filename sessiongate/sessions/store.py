@@ -78,7 +78,12 @@ class SqlSessionStore:
         self._group_commit = (
             None
             if self._sqlite_file is None
-            else GroupCommitter(self._sqlite_file, guard=lambda: self._writer_turn(True), translate=_store_error)
+            else GroupCommitter(
+                self._sqlite_file,
+                guard=lambda: self._writer_turn(True),
+                translate=_store_error,
+                guard_held=lambda: self._write_lock is not None and self._write_lock.locked(),
+            )
         )
 
     @classmethod
@@ -129,7 +134,10 @@ class SqlSessionStore:
         if self._group_commit is None:
             async with self._connection() as conn:
                 return await conn.run_sync(work, *args, **kwargs)
-        return await self._group_commit.run(lambda conn: work(conn, *args, **kwargs))
+        # With at most one turn in flight here (a turn's own at its end, one other at a turn's start), no other
+        # write is coming to share the batch: it commits at once.
+        alone = self._memory.turns_in_flight() <= 1
+        return await self._group_commit.run(lambda conn: work(conn, *args, **kwargs), alone=alone)
 
     # sessions
 

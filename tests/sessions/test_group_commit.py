@@ -219,6 +219,125 @@ async def test_a_batch_that_finds_the_file_locked_waits_for_it_on_the_worker_thr
     assert _keys(engine) == {"first", "second"}
 
 
+def _loop_stepped() -> list[int]:
+    """A list that gets an item at the event loop's next step."""
+    stepped: list[int] = []
+    asyncio.get_running_loop().call_soon(stepped.append, 1)
+    return stepped
+
+
+async def test_a_job_alone_commits_at_once_without_a_step_of_the_event_loop(engine: Engine) -> None:
+    committer = _committer(engine)
+    stepped = _loop_stepped()
+    assert await committer.run(_insert("alone"), alone=True) == "alone"
+    assert stepped == []  # committed in the caller's own step: no batch task, no wait for others to join
+    assert _keys(engine) == {"alone"}
+    assert (committer.batches, committer.jobs) == (1, 1)
+    stepped = _loop_stepped()
+    assert await committer.run(_insert("queued")) == "queued"
+    assert stepped == [1]  # a job not alone waits a step for others, in a batch
+
+
+async def test_a_job_alone_that_raises_leaves_none_of_its_writes(engine: Engine) -> None:
+    committer = _committer(engine)
+    with pytest.raises(ValueError, match="job x failed"):
+        await committer.run(_insert("x", fail=True), alone=True)
+    assert await committer.run(_insert("y"), alone=True) == "y"
+    assert _keys(engine) == {"y"}
+
+
+async def test_a_job_alone_joins_a_batch_that_is_waiting(engine: Engine) -> None:
+    committer = _committer(engine)
+    queued = asyncio.create_task(committer.run(_insert("first")))
+    await asyncio.sleep(0)  # queued, its batch waiting a step
+    assert await committer.run(_insert("second"), alone=True) == "second"
+    assert await queued == "first"
+    assert (committer.batches, committer.jobs) == (1, 2)  # one batch: the second did not overtake the first
+
+
+async def test_a_job_alone_waits_its_turn_while_the_guard_is_held(engine: Engine) -> None:
+    committer = GroupCommitter(engine, guard=_no_guard, translate=lambda exc: exc, guard_held=lambda: True)
+    stepped = _loop_stepped()
+    assert await committer.run(_insert("a"), alone=True) == "a"
+    assert stepped == [1]  # queued behind the holder, not run in the caller's step
+
+
+async def test_a_job_alone_that_finds_the_file_locked_waits_for_it_on_the_worker_thread(
+    engine: Engine, tmp_path: Path
+) -> None:
+    committer = _committer(engine)
+    holder = sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)  # another writer
+    holder.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(0.3, holder.rollback)
+    released.start()
+    try:
+        started = time.monotonic()
+        assert await committer.run(_insert("late"), alone=True) == "late"
+        assert time.monotonic() - started >= 0.25
+        assert committer.waited == 1
+    finally:
+        released.join()
+        holder.close()
+    assert _keys(engine) == {"late"}
+
+
+async def test_a_job_alone_that_the_database_refuses_gets_the_stores_error(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
+    upgrade_sync(url)
+    store = SqlSessionStore(create_engine(url))
+    committer = store._group_commit
+    assert committer is not None
+
+    def refused(conn: Connection) -> None:
+        raise OperationalError("INSERT", None, sqlite3.OperationalError("disk I/O error"))
+
+    try:
+        with pytest.raises(StoreUnavailable):
+            await committer.run(refused, alone=True)
+    finally:
+        await store.close()
+
+
+async def test_a_turn_alone_is_committed_at_once_and_concurrent_ones_share_batches(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
+    upgrade_sync(url)
+    store = SqlSessionStore(create_engine(url))
+    committer = store._group_commit
+    assert committer is not None
+    now = datetime.now(UTC)
+
+    async def begin(session_id: str) -> str:
+        begun = await store.begin_turn(
+            session_id,
+            tenant_id="t",
+            create_session=True,
+            messages=[{"role": "user", "content": "hi"}],
+            request={},
+            received_at=now,
+        )
+        return begun.id
+
+    try:
+        stepped = _loop_stepped()
+        turn_id = await begin("alone")
+        await store.complete_turn(
+            turn_id,
+            output_message={"role": "assistant", "content": "hello"},
+            finish_reason="stop",
+            model="m",
+            ended_at=now,
+        )
+        assert stepped == []  # neither the turn's start nor its end waited for company
+        assert (committer.batches, committer.jobs) == (2, 2)
+        # Two turns already in flight: the next turns' writes queue and share transactions.
+        await asyncio.gather(begin("a"), begin("b"))
+        batches = committer.batches
+        await asyncio.gather(*(begin(f"s{i}") for i in range(8)))
+        assert committer.batches - batches < 8
+    finally:
+        await store.close()
+
+
 async def test_the_store_groups_concurrent_turns(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
     upgrade_sync(url)
