@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -201,6 +202,30 @@ async def _any_prefetch(gw: Gateway) -> bool:
 
 async def _any_retain(gw: Gateway) -> bool:
     return any(w.kv_requests for w in gw.workers.values())
+
+
+async def test_an_outcome_settled_as_the_gateway_stops_is_written_before_it_stops(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with make_gateway(**FAST) as gw:
+        first = await _turn(gw, "stopping", [USER])
+        assert (await gw.client.post("/v1/sessions/stopping/advise", json={})).status_code == 202
+        store = gw.state.store
+        resolve = store.resolve_advisory
+
+        async def slow_resolve(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.3)  # a store slow to take the outcome, as the gateway is told to stop
+            return await resolve(*args, **kwargs)
+
+        monkeypatch.setattr(store, "resolve_advisory", slow_resolve)
+        follow_up = [USER, first["choices"][0]["message"], {"role": "user", "content": "and the museums"}]
+        await _turn(gw, "stopping", follow_up)  # claims the advisory and settles it: its outcome is being written
+        database_url = gw.database_url
+    # The gateway has stopped (the advisor closed, the store disposed): the store holds the outcome.
+    with sqlite3.connect(database_url.removeprefix("sqlite+aiosqlite:///")) as db:
+        outcomes = [row[0] for row in db.execute("SELECT outcome FROM advisories WHERE kind = 'explicit'")]
+    assert len(outcomes) == 1
+    assert outcomes[0] in ("used", "late")
 
 
 async def test_explicit_hint_with_expected_time_is_scheduled(make_gateway: Any) -> None:

@@ -50,6 +50,10 @@ __all__ = ["Advisor"]
 log = structlog.get_logger(__name__)
 
 
+# How long a stopping advisor waits for the outcomes it is writing to the store.
+RECORDS_DRAIN_S = 5.0
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -92,6 +96,7 @@ class Advisor:
         self.wall = wall
         self._claims: dict[str, Claim] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._records: set[asyncio.Task[None]] = set()
         # "Missed" records wait here and are written together, at most `missed_flush_s` after the first.
         self.missed_flush_s = missed_flush_s
         self._missed: list[sessions.MissedTurn] = []
@@ -130,17 +135,24 @@ class Advisor:
 
     # background work
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], *, record: bool = False) -> None:
+        """Run `work` in the background; a `record` (an outcome written to the store) is let finish at shutdown."""
         task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks = self._records if record else self._tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def aclose(self) -> None:
+        # The outcomes being written go in first (a settled advisory would otherwise stay pending in the store
+        # for good), for at most RECORDS_DRAIN_S; prefetches and timers are only stopped.
+        if self._records:
+            await asyncio.wait(list(self._records), timeout=RECORDS_DRAIN_S)
         await self.flush_missed()
         await self.replicas.flush_counts()
-        for task in list(self._tasks):
+        tasks = [*self._tasks, *self._records]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def run(self, interval_s: float = 0.05) -> None:
         """Fire scheduled advisories and settle expired ones, forever; cancelled at shutdown."""
@@ -486,7 +498,7 @@ class Advisor:
             AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
         )
         log.info("advisory_settled", advisory_id=advisory.id, kind=advisory.kind, outcome=outcome)
-        self._spawn(self._resolve(advisory.id, outcome, turn_id))
+        self._spawn(self._resolve(advisory.id, outcome, turn_id), record=True)
 
     async def _resolve(self, advisory_id: str, outcome: str, turn_id: str | None) -> None:
         try:
