@@ -35,6 +35,17 @@ def engine(tmp_path: Path) -> Iterator[Engine]:
     sync.dispose()
 
 
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqlSessionStore]:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
+    upgrade_sync(url)
+    store = SqlSessionStore(create_engine(url))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 @contextlib.asynccontextmanager
 async def _no_guard() -> AsyncIterator[None]:
     yield
@@ -281,27 +292,21 @@ async def test_a_job_alone_that_finds_the_file_locked_waits_for_it_on_the_worker
     assert _keys(engine) == {"late"}
 
 
-async def test_a_job_alone_that_the_database_refuses_gets_the_stores_error(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
-    upgrade_sync(url)
-    store = SqlSessionStore(create_engine(url))
-    committer = store._group_commit
+async def test_a_job_alone_that_the_database_refuses_gets_the_stores_error(sqlite_store: SqlSessionStore) -> None:
+    committer = sqlite_store._group_commit
     assert committer is not None
 
     def refused(conn: Connection) -> None:
         raise OperationalError("INSERT", None, sqlite3.OperationalError("disk I/O error"))
 
-    try:
-        with pytest.raises(StoreUnavailable):
-            await committer.run(refused, alone=True)
-    finally:
-        await store.close()
+    with pytest.raises(StoreUnavailable):
+        await committer.run(refused, alone=True)
 
 
-async def test_a_turn_alone_is_committed_at_once_and_concurrent_ones_share_batches(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
-    upgrade_sync(url)
-    store = SqlSessionStore(create_engine(url))
+async def test_a_turn_alone_is_committed_at_once_and_concurrent_ones_share_batches(
+    sqlite_store: SqlSessionStore,
+) -> None:
+    store = sqlite_store
     committer = store._group_commit
     assert committer is not None
     now = datetime.now(UTC)
@@ -317,56 +322,48 @@ async def test_a_turn_alone_is_committed_at_once_and_concurrent_ones_share_batch
         )
         return begun.id
 
-    try:
-        stepped = _loop_stepped()
-        turn_id = await begin("alone")
-        await store.complete_turn(
-            turn_id,
-            output_message={"role": "assistant", "content": "hello"},
-            finish_reason="stop",
-            model="m",
-            ended_at=now,
-        )
-        assert stepped == []  # neither the turn's start nor its end waited for company
-        assert (committer.batches, committer.jobs) == (2, 2)
-        # Two turns already in flight: the next turns' writes queue and share transactions.
-        await asyncio.gather(begin("a"), begin("b"))
-        batches = committer.batches
-        await asyncio.gather(*(begin(f"s{i}") for i in range(8)))
-        assert committer.batches - batches < 8
-    finally:
-        await store.close()
+    stepped = _loop_stepped()
+    turn_id = await begin("alone")
+    await store.complete_turn(
+        turn_id,
+        output_message={"role": "assistant", "content": "hello"},
+        finish_reason="stop",
+        model="m",
+        ended_at=now,
+    )
+    assert stepped == []  # neither the turn's start nor its end waited for company
+    assert (committer.batches, committer.jobs) == (2, 2)
+    # Two turns already in flight: the next turns' writes queue and share transactions.
+    await asyncio.gather(begin("a"), begin("b"))
+    batches = committer.batches
+    await asyncio.gather(*(begin(f"s{i}") for i in range(8)))
+    assert committer.batches - batches < 8
 
 
-async def test_the_store_groups_concurrent_turns(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'store.db'}"
-    upgrade_sync(url)
-    store = SqlSessionStore(create_engine(url))
-    try:
-        now = datetime.now(UTC)
-        turns = await asyncio.gather(
-            *(
-                store.begin_turn(
-                    f"s{i}",
-                    tenant_id="t",
-                    create_session=True,
-                    messages=[{"role": "user", "content": f"hi {i}"}],
-                    request={},
-                    received_at=now,
-                )
-                for i in range(24)
+async def test_the_store_groups_concurrent_turns(sqlite_store: SqlSessionStore) -> None:
+    store = sqlite_store
+    now = datetime.now(UTC)
+    turns = await asyncio.gather(
+        *(
+            store.begin_turn(
+                f"s{i}",
+                tenant_id="t",
+                create_session=True,
+                messages=[{"role": "user", "content": f"hi {i}"}],
+                request={},
+                received_at=now,
             )
+            for i in range(24)
         )
-        assert {t.session_id for t in turns} == {f"s{i}" for i in range(24)}
-        for i in range(24):
-            listed = await store.list_turns(f"s{i}", tenant_id="t")
-            assert [t.status for t in listed] == ["pending"]
-        committer = store._group_commit
-        assert committer is not None
-        assert committer.jobs == 24
-        assert committer.batches < 24
-    finally:
-        await store.close()
+    )
+    assert {t.session_id for t in turns} == {f"s{i}" for i in range(24)}
+    for i in range(24):
+        listed = await store.list_turns(f"s{i}", tenant_id="t")
+        assert [t.status for t in listed] == ["pending"]
+    committer = store._group_commit
+    assert committer is not None
+    assert committer.jobs == 24
+    assert committer.batches < 24
 
 
 def _temporary_files() -> list[str]:
