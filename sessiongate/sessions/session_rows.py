@@ -7,7 +7,7 @@ statements of its own (`turns.begin_turn`). Listings are keyset pages, newest fi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -60,12 +60,13 @@ async def session_row(db: AsyncSession, session_id: str, tenant_id: str) -> Sess
 
 
 async def get_or_create_session(
-    db: AsyncSession, backend: str, session_id: str, tenant_id: str, *, now: datetime
+    db: AsyncSession, backend: str, session_id: str, tenant_id: str, *, clock: Callable[[], datetime]
 ) -> tuple[Session, bool]:
+    """The session and whether this call created it; `clock` is read only to create it."""
     by_id = {"p_session": session_id}
     row = await db.scalar(sql.SESSION_BY_ID, by_id)
     if row is None:
-        row = await insert_session(db, backend, session_id, tenant_id, priority=0, metadata={}, now=now)
+        row = await insert_session(db, backend, session_id, tenant_id, priority=0, metadata={}, now=clock())
         if row is not None:
             return row, True
         # Another caller inserted it since our SELECT (its transaction has committed by now).

@@ -166,7 +166,7 @@ class SqlSessionStore:
         cv.check_session_id(session_id)
         async with self._transaction() as db:
             row, created = await session_rows.get_or_create_session(
-                db, self._backend, session_id, tenant_id, now=self._clock()
+                db, self._backend, session_id, tenant_id, clock=self._clock
             )
             return cv.session_record(row), created
 

@@ -115,8 +115,8 @@ class Advisor:
             tools=self.tools,
             cache_salt_for=cache_salt_for,
             poll_interval_s=poll_interval_s,
-            clock=lambda: self.clock(),
-            unix=lambda: self.unix(),
+            clock=lambda: self.clock(),  # read through the advisor: tests swap its clock
+            unix=unix,
         )
 
     # The lifecycle's learnt state, as the advisor's attributes (where tests seed it).
