@@ -68,9 +68,9 @@ def _prefetch_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     fired: list[float] = []
     original = SimWorker.prefetch
 
-    def prefetch(worker: SimWorker, session_id: str, target: str) -> PrefetchResult:
+    def prefetch(worker: SimWorker, session_id: str, target: str, rank_until: float | None = None) -> PrefetchResult:
         fired.append(worker.loop.now)
-        return original(worker, session_id, target)
+        return original(worker, session_id, target, rank_until)
 
     monkeypatch.setattr(SimWorker, "prefetch", prefetch)
     return fired

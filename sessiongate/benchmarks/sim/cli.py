@@ -21,6 +21,7 @@ python -m sessiongate.benchmarks.sim --experiment toolkv --workers 16 --loads 32
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -72,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device-kv-tokens", type=int, default=None, help="override the calibration's device KV")
     parser.add_argument("--host-kv-tokens", type=int, default=None)
+    parser.add_argument(
+        "--pool-link-gbps",
+        type=float,
+        default=None,
+        help="the pool link's rate in Gb/s (pool -> host), e.g. 100 (default: the calibration's)",
+    )
     parser.add_argument("--lead", type=float, default=HintModel().lead_s)
     parser.add_argument("--false-rate", type=float, default=0.0)
     parser.add_argument(
@@ -107,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _calibration(args: argparse.Namespace) -> Calibration:
     cal = h100_llama8b() if args.calibration == "h100" else cpu_profile(args.cpu_profile)
+    if args.pool_link_gbps is not None:
+        cal = dataclasses.replace(cal, pool_to_host_bytes_per_s=args.pool_link_gbps * 1e9 / 8)
     return cal.with_capacity(device_kv_tokens=args.device_kv_tokens, host_kv_tokens=args.host_kv_tokens)
 
 

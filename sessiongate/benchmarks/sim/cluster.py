@@ -53,7 +53,7 @@ from .calibration import Calibration
 from .engine import EventLoop, Machine, Request, SharedPool, SimWorker
 from .toolkv import SimToolKV
 
-__all__ = ["SYSTEMS", "SimResult", "SystemSpec", "simulate"]
+__all__ = ["SYSTEMS", "SimResult", "SystemSpec", "oracle_hints", "oracle_lead_s", "simulate"]
 
 TENANT = "sim"
 # The gateway's text has about 4 characters a token (`gateway.router._CHARS_PER_TOKEN`); hashing that for every
@@ -77,6 +77,12 @@ class SystemSpec:
     # Views without the token figures (`active_prefill_tokens`, `active_kv_tokens`): what the gateway's load
     # reports give its policies today (request counts only).
     counts_only: bool = False
+    # Priority-based KV memory: a live advisory's prefetch ranks above unhinted KV until the advisory expires and
+    # may evict it to make room (False: the old rule, a prefetch takes free memory only and ranks as any KV).
+    ranked_prefetch: bool = True
+    # The hints of a client that knows the future: every turn after the first, none false, at the ideal lead
+    # (`oracle_lead_s`), always to the device (no hint-quality gate). The ceiling of what any hint can gain.
+    oracle: bool = False
 
 
 SYSTEMS: dict[str, SystemSpec] = {
@@ -87,6 +93,15 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("cache_aware", "cache_aware", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware", "kv_aware", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware+advisories", "kv_aware", host_tier=True, pool=True, advisories=True),
+        SystemSpec("kv_aware+oracle", "kv_aware", host_tier=True, pool=True, advisories=True, oracle=True),
+        SystemSpec(
+            "kv_aware+advisories-free-only",
+            "kv_aware",
+            host_tier=True,
+            pool=True,
+            advisories=True,
+            ranked_prefetch=False,
+        ),
         SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
         SystemSpec("kv_aware+toolkv", "kv_aware", host_tier=True, pool=True, advisories=True, tool_kv=True),
         SystemSpec(
@@ -114,6 +129,33 @@ class SimResult:
     # The lifecycle's learnt median gap between a posted tool result and the next turn, at the end (None: fewer
     # than `ResultGaps.min_samples`, or no results posted).
     result_gap_median_s: float | None = None
+
+
+def oracle_lead_s(context_tokens: int, cal: Calibration) -> float:
+    """The ideal lead for a prefetch of `context_tokens`: what loading it from the pool to the device takes at the
+    calibration's rates, half as much again for the channels' queues, and 50 ms. Less and the turn waits for its
+    KV; more only holds memory longer."""
+    moved = context_tokens * cal.kv_bytes_per_token
+    load = (
+        cal.pool_to_host_latency_s
+        + moved / cal.pool_to_host_bytes_per_s
+        + cal.host_to_device_latency_s
+        + moved / cal.host_to_device_bytes_per_s
+    )
+    return 1.5 * load + 0.05
+
+
+def oracle_hints(session: SessionTrace, cal: Calibration) -> list[Hint]:
+    """The oracle's hints for `session`: one per turn after the first, `oracle_lead_s` of the turn's context before
+    its request (at the previous answer's end when the gap is shorter), none false, none missed."""
+    hints = []
+    for k in range(1, len(session.turns)):
+        turn = session.turns[k]
+        lead = oracle_lead_s(session.prompt_tokens(k) - turn.append_tokens, cal)
+        kind = "tool" if turn.kind == "tool" else "typing"
+        at_s = None if turn.at_s is None else turn.at_s - lead
+        hints.append(Hint(session.id, k, max(turn.gap_s - lead, 0.0), kind, None, at_s))
+    return hints
 
 
 def _segment(session_id: str, turn: int, part: str, chars: int) -> str:
@@ -201,7 +243,12 @@ class _Cluster:
             self.sessions[session.id] = session
             if self.hints is not None:
                 by_anchor: dict[int | None, list[Hint]] = {}
-                for hint in plan_hints(session, self.hints, random.Random(f"{self.seed}:{session.id}")):
+                planned = (
+                    oracle_hints(session, self.cal)
+                    if self.spec.oracle
+                    else plan_hints(session, self.hints, random.Random(f"{self.seed}:{session.id}"))
+                )
+                for hint in planned:
                     if self.tool_kv is not None and hint.kind == "tool" and hint.turn is not None:
                         continue  # the gateway learns of the tool call from the turn itself
                     anchor = hint.after_turn if hint.turn is None else hint.turn - 1
@@ -336,8 +383,9 @@ class _Cluster:
                     self.loop.at(refreshed.expires_at, self._expire)
                 return
             self.book.withdraw(session_id)  # the load moved: the request would not go there any more
+            self.by_id[live.worker_id].unrank(session_id)
             self._settle(live, "cancelled", None)
-        tier = self.quality.tier(session_id, TENANT, kind, now)
+        tier = "device" if self.spec.oracle else self.quality.tier(session_id, TENANT, kind, now)
         if tier == "none":
             self.stats.skipped(kind)
             return
@@ -396,7 +444,8 @@ class _Cluster:
             return  # `Advisor._prefetch`: a retain that found the KV is all (else it falls back to a prefetch)
         if self.machine is not None:  # the gateway and the worker's HTTP process prepare the prefetch on these cores
             self.machine.charge_front(self.loop.now, self.cal.front_cpu_s_per_advisory)
-        result = self.by_id[advisory.worker_id].prefetch(advisory.session_id, advisory.target)
+        rank_until = advisory.expires_at if self.spec.ranked_prefetch else None
+        result = self.by_id[advisory.worker_id].prefetch(advisory.session_id, advisory.target, rank_until)
         advisory.tokens = context
 
         def finished(_: object) -> None:
@@ -433,6 +482,8 @@ class _Cluster:
             counts["skipped"] += kind.skipped
         if self.tool_kv is not None:
             counts.update(self.tool_kv.decisions, results_posted=self.tool_kv.results_posted)
+        for tier in ("device", "host"):
+            counts[f"evicted_for_prefetch_{tier}_tokens"] = sum(w.prefetch_evictions[tier] for w in self.workers)
         return counts
 
 

@@ -19,8 +19,12 @@ The model, kept coarse on purpose so an hour of traffic on 16 workers simulates 
   short at the next step boundary when new prefill work arrives, so the event count grows with requests, not
   with tokens.
 - An advisory prefetch brings the session's KV from the pool to host and, when asked for the device, from host
-  to device, using only device memory that no queued or running request will need (as `sglang_ext.kv_budget`:
-  it never evicts). A request that finds its KV still on its way waits for it.
+  to device, never taking device memory that a queued or running request holds or will need (`sglang_ext.kv_budget`).
+  With priority-based KV memory (SYMPHONY's; the default) the prefetched KV ranks above every entry no live hint
+  protects until its advisory expires, and the prefetch may evict those (eviction follows rank, then recency, in
+  both tiers: `_Tier`); without it a prefetch takes free memory only. A request that finds its KV still on its
+  way waits for it. A host -> device copy on a GPU runs layer by layer under the request's prefill, which hides
+  up to the new tokens' compute time of it (SGLang's layer-wise load-back); on CPU workers it hides nothing.
 - Workers that share a machine's cores with the front (`Machine`: our CPU workers) slow each other down: a step
   started while k of the other n-1 workers are computing takes `1 + (slowdown - 1) * k / (n - 1)` times as long
   (the calibration's measured prefill or decode slowdown), times `max(1, (k + 1 + front) / cores)`, where `front`
@@ -159,8 +163,12 @@ class _Step:
 @dataclass(slots=True)
 class _Tier:
     """One worker's tier: session prefixes in LRU order, with the time a prefetched one becomes usable, and the
-    entries a `retain` ranks above the rest until a time (soft: once only retained entries are left, the least
-    recently used of them goes; an expired retain is no retain)."""
+    entries that rank above the rest until a time (`retained`: a live advisory's prefetch, or a `retain`).
+
+    Eviction follows rank, then recency, as `sglang_ext.kv_fate` orders SGLang's own eviction: unranked entries
+    first, least recently used first; then ranked ones, the rank that ends soonest first (a hint's rank decays
+    towards its advisory's expiry), least recently used among equals. A rank never pins: once only ranked entries
+    are left, they go too. An expired rank is no rank."""
 
     capacity: int
     used: int = 0
@@ -174,21 +182,37 @@ class _Tier:
         self.retained.pop(session_id, None)
         return tokens
 
-    def evict_one(self, now: float) -> None:
-        """Evict the least recently used entry no live retain protects, else the least recently used one."""
-        gone = next(iter(self.entries))
-        if self.retained:
-            for session_id in self.entries:
-                until = self.retained.get(session_id)
-                if until is None or until <= now:
-                    gone = session_id
-                    break
-        self.used -= self.entries.pop(gone)
+    def ranked(self, session_id: str, now: float) -> bool:
+        until = self.retained.get(session_id)
+        return until is not None and until > now
+
+    def unranked_tokens(self, now: float) -> int:
+        """Tokens held by entries no live rank protects: what a ranked prefetch may displace."""
+        return sum(tokens for sid, tokens in self.entries.items() if not self.ranked(sid, now))
+
+    def victim(self, now: float) -> str:
+        """The entry eviction takes next (the tier is not empty)."""
+        ranked: str | None = None
+        for session_id in self.entries:
+            until = self.retained.get(session_id)
+            if until is None or until <= now:
+                return session_id
+            if ranked is None or until < self.retained[ranked]:
+                ranked = session_id
+        assert ranked is not None
+        return ranked
+
+    def evict_one(self, now: float) -> tuple[str, int]:
+        """Evict the lowest-ranked entry (see the class); returns it and its tokens."""
+        gone = self.victim(now) if self.retained else next(iter(self.entries))
+        tokens = self.entries.pop(gone)
+        self.used -= tokens
         self.ready_at.pop(gone, None)
         self.retained.pop(gone, None)
+        return gone, tokens
 
     def put(self, session_id: str, tokens: int, now: float = math.inf) -> None:
-        """Insert (most recently used), evicting to make room (`now` decides which retains still hold)."""
+        """Insert (most recently used), evicting to make room (`now` decides which ranks still hold)."""
         self.pop(session_id)
         if tokens > self.capacity:
             return
@@ -237,6 +261,8 @@ class SimWorker:
         self._step: _Step | None = None
         self._generation = 0
         self._in_use: set[str] = set()
+        # Tokens a ranked prefetch evicted to make room, by tier (priority-based KV memory).
+        self.prefetch_evictions = {"device": 0, "host": 0}
 
     # what the router sees
 
@@ -324,17 +350,20 @@ class SimWorker:
             )
             self.bytes_moved["pool->host"] += request.pool * bytes_per_token
             if self.host is not None:
-                self.host.put(sid, pool_total)
+                self.host.put(sid, pool_total, now)
         to_device = request.host + request.pool
         if to_device:
             start = max(copy_from, self.pcie_free_at, host_ready)
-            self.pcie_free_at = ready = max(
-                start
-                + self._copy_s(
-                    cal.host_to_device_latency_s, to_device * bytes_per_token / cal.host_to_device_bytes_per_s
-                ),
-                ready,
+            copy_s = self._copy_s(
+                cal.host_to_device_latency_s, to_device * bytes_per_token / cal.host_to_device_bytes_per_s
             )
+            self.pcie_free_at = start + copy_s
+            # SGLang loads a request's host pages layer by layer under its prefill (the forward of layer i waits
+            # for layer i's pages only), so a GPU hides the copy behind the new tokens' compute; on our CPU
+            # workers the copy runs on the core that computes and hides nothing.
+            new = request.prompt - pool_total
+            hidden = 0.0 if cal.moves_on_compute else min(copy_s, cal.prefill_after_s(new, pool_total))
+            ready = max(start + copy_s - hidden, ready)
             self.bytes_moved["host->device"] += to_device * bytes_per_token
         if pool_total > 0:
             ready = max(ready, now) + cal.hit_overhead_s
@@ -460,7 +489,7 @@ class SimWorker:
         kept = request.prompt + request.output
         self.cached.put(sid, kept, self.loop.now)  # the radix cache keeps what the turn computed; no room is freed
         if self.host is not None:
-            self.host.put(sid, kept)
+            self.host.put(sid, kept, self.loop.now)
         if self.pool is not None:
             self.pool.put(sid, kept)
         self.on_done(request)
@@ -478,8 +507,20 @@ class SimWorker:
 
     # advisory prefetch
 
-    def prefetch(self, session_id: str, target: str) -> PrefetchResult:
-        """Bring the session's KV closer (pool -> host, then host -> device when asked and there is room)."""
+    def unrank(self, session_id: str) -> None:
+        """An advisory withdrawn or cancelled: its prefetched KV ranks as any other from now."""
+        self.cached.retained.pop(session_id, None)
+        if self.host is not None:
+            self.host.retained.pop(session_id, None)
+
+    def prefetch(self, session_id: str, target: str, rank_until: float | None = None) -> PrefetchResult:
+        """Bring the session's KV closer (pool -> host, then host -> device when asked and there is room).
+
+        Without `rank_until` a prefetch takes only memory nobody uses (`sglang_ext.kv_budget`'s old rule: it never
+        evicts). With it (priority-based KV memory: a live advisory's rank, until its expiry) the prefetched entry
+        ranks above every entry no live hint or retain protects, and the prefetch may evict those to make room: in
+        host, as any insert does, and on the device beyond the free pages, but never the memory that the queued
+        requests need (running ones hold theirs already)."""
         now = self.loop.now
         cal = self.cal
         bytes_per_token = cal.kv_bytes_per_token
@@ -490,6 +531,8 @@ class SimWorker:
         ready = max(now, self.host.ready_at.get(session_id, now))
         loaded = 0
         in_pool = self._pages(self.pool.get(session_id)) if self.pool is not None else 0
+        if rank_until is not None and in_host:
+            self.host.retained[session_id] = rank_until
         if in_pool > max(in_host, device):
             start = max(now, self.nic_free_at)
             self.nic_free_at = ready = start + self._copy_s(
@@ -497,13 +540,24 @@ class SimWorker:
             )
             loaded += (in_pool - in_host) * bytes_per_token
             self.bytes_moved["pool->host"] += (in_pool - in_host) * bytes_per_token
-            self.host.put(session_id, in_pool)
+            before = self.host.used
+            self.host.put(session_id, in_pool, now)
+            self.prefetch_evictions["host"] += max(before + in_pool - in_host - self.host.used, 0)
+            if rank_until is not None:
+                self.host.retained[session_id] = rank_until
             self.host.ready_at[session_id] = ready
             in_host = in_pool
         if target == "device" and in_host > device:
             demand = sum(r.prompt + r.output for r in self.waiting)
             extra = in_host - device
-            if self._pages(self._device_free() - demand) >= extra:
+            room = self._device_free() - demand
+            if rank_until is not None:
+                room += self.cached.unranked_tokens(now) - (0 if self.cached.ranked(session_id, now) else device)
+            if self._pages(room) >= extra:
+                self.cached.pop(session_id)
+                while self._device_free() - demand < in_host:
+                    _, tokens = self.cached.evict_one(now)
+                    self.prefetch_evictions["device"] += tokens
                 start = max(ready, self.pcie_free_at)
                 self.pcie_free_at = ready = start + self._copy_s(
                     cal.host_to_device_latency_s, extra * bytes_per_token / cal.host_to_device_bytes_per_s
@@ -511,6 +565,8 @@ class SimWorker:
                 loaded += extra * bytes_per_token
                 self.bytes_moved["host->device"] += extra * bytes_per_token
                 self.cached.put(session_id, in_host, now)
+                if rank_until is not None:
+                    self.cached.retained[session_id] = rank_until
                 self.cached.ready_at[session_id] = ready
                 device = in_host
         return PrefetchResult(ready, device, max(in_host - device, 0), loaded)
