@@ -54,6 +54,13 @@ class GatewayMetrics:
         self.worker_up = Gauge(
             "sessiongate_worker_healthy", "1 if the worker is routable.", ["worker"], registry=self.registry
         )
+        self.prefetch_evicted = Gauge(
+            "sessiongate_worker_prefetch_evicted_tokens",
+            "Device KV tokens a worker evicted to make room for advisory prefetches, by what they were (its load"
+            " report): expired_hint, unhinted, hinted (a lower priority).",
+            ["worker", "rank"],
+            registry=self.registry,
+        )
         self.advisories = AdvisoryCollector()
         self.registry.register(self.advisories)
         # Label children by their values: `labels()` takes a lock and builds a key on every call, per request.

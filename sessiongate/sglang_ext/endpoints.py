@@ -98,6 +98,7 @@ class Endpoints:
             host_kv_tokens_total=stats.get("host_kv_tokens_total"),
             host_kv_tokens_used=stats.get("host_kv_tokens_used"),
             prefetches_in_flight=int(stats.get("prefetches_in_flight", 0)),
+            prefetch_evicted_tokens={str(k): int(v) for k, v in (stats.get("prefetch_evicted_tokens") or {}).items()},
             prefill_tokens_per_s=float(stats.get("prefill_tokens_per_s", 0.0)),
             decode_tokens_per_s=float(stats.get("decode_tokens_per_s", 0.0)),
             page_size=facts.page_size,

@@ -2,7 +2,8 @@
 
 SGLang evicts radix-tree leaves in the order of its eviction strategy's key (smallest first).
 `KVFate` holds what sessiongate adds to that order and `eviction_rank` folds it into one key
-prefix, read by the strategy the scheduler installs (`internals.kv_ops`):
+prefix, read by the strategy the scheduler installs (`internals.kv_ops`). This is SYMPHONY's
+priority-based KV memory: a page's rank comes from what the gateway knows of its session.
 
 1. pages being dropped (`doomed`, only for the duration of one drop) go before anything else;
 2. then by effective priority, the lowest first:
@@ -10,8 +11,13 @@ prefix, read by the strategy the scheduler installs (`internals.kv_ops`):
    - raised by a `retain` (`hold`) until its deadline, then back to its own;
    - a prefetched page nobody has used yet has the prefetch's priority until the prefetch's
      ttl passes, then the lowest priority of all (`LOWEST_PRIORITY`): a wrong hint decays;
-3. within one priority, prefetched-but-unused pages before pages that requests have used;
-4. then SGLang's own key (LRU, or priority + LRU).
+3. within one priority, pages no live hint expects (an idle session whose user is reading) before
+   pages a live hint does (an unused prefetch within its ttl, a retain before its deadline);
+4. among hinted pages, the hint that ends soonest first: a hint's rank decays towards its end;
+5. then SGLang's own key (LRU, or priority + LRU).
+
+A prefetch may evict what ranks below it (`ranks_below`): an advisory's pages displace pages of
+a lower priority and unhinted pages of its own, never another live hint's of its priority.
 
 "Used" is read from the node's `last_access_time`, which SGLang bumps whenever a request's
 prefix match or insert walks through the node: a node touched after the prefetch settled has
@@ -104,21 +110,46 @@ class KVFate:
         return mark is not None and node.last_access_time <= mark.settled_access
 
     def effective_priority(self, node: TreeNodeLike, now: float) -> int:
+        return self._rank(node, now)[0]
+
+    def _rank(self, node: TreeNodeLike, now: float) -> tuple[int, float | None]:
+        """The node's effective priority, and when the live hint that expects it ends (None: no live hint)."""
+        hint_until: float | None = None
         mark = self._prefetched.get(node)
         if mark is not None and node.last_access_time <= mark.settled_access:
-            priority = mark.priority if now < mark.fresh_until else LOWEST_PRIORITY
+            if now < mark.fresh_until:
+                priority, hint_until = mark.priority, mark.fresh_until
+            else:
+                priority = LOWEST_PRIORITY
         else:
             priority = int(node.priority)
         hold = self._held.get(node)
         if hold is not None and now < hold.until:
-            priority = max(priority, hold.priority)
-        return priority
+            if hold.priority > priority:
+                priority, hint_until = hold.priority, hold.until
+            else:
+                hint_until = hold.until if hint_until is None else max(hint_until, hold.until)
+        return priority, hint_until
 
-    def eviction_rank(self, node: TreeNodeLike, now: float) -> tuple[int, int, int]:
-        """Smaller goes first: (not being dropped, effective priority, used)."""
+    def eviction_rank(self, node: TreeNodeLike, now: float) -> tuple[int, int, int, float]:
+        """Smaller goes first: (not being dropped, effective priority, a live hint expects it, when that hint ends)."""
         doomed = node in self._doomed
-        used = not self.is_unused_prefetch(node)
-        return (0 if doomed else 1, self.effective_priority(node, now), 1 if used else 0)
+        priority, hint_until = self._rank(node, now)
+        hinted = hint_until is not None
+        return (0 if doomed else 1, priority, 1 if hinted else 0, hint_until if hint_until is not None else 0.0)
+
+    def ranks_below(self, node: TreeNodeLike, priority: int, now: float) -> bool:
+        """Whether a hinted prefetch of `priority` may evict this node: a lower priority, or its own unhinted."""
+        own, hint_until = self._rank(node, now)
+        return node in self._doomed or own < priority or (own == priority and hint_until is None)
+
+    def rank_class(self, node: TreeNodeLike, now: float) -> str:
+        """What a page evicted for a prefetch was, for the counters: `expired_hint` (an unused prefetch past its
+        ttl), `unhinted` (no live hint), `hinted` (a live hint of a lower priority)."""
+        priority, hint_until = self._rank(node, now)
+        if priority == LOWEST_PRIORITY and self.is_unused_prefetch(node):
+            return "expired_hint"
+        return "unhinted" if hint_until is None else "hinted"
 
     def counts(self) -> dict[str, int]:
         return {"prefetched": len(self._prefetched), "held": len(self._held)}

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GAUGES", "LoadGauges"]
+__all__ = ["GAUGES", "PREFETCH_EVICTED", "LoadGauges"]
 
 # Key of the scheduler's stats -> (metric name, help text).
 GAUGES: Mapping[str, tuple[str, str]] = {
@@ -25,9 +25,17 @@ GAUGES: Mapping[str, tuple[str, str]] = {
 }
 
 
+PREFETCH_EVICTED = (
+    "sessiongate:prefetch_evicted_tokens",
+    "Device KV tokens evicted to make room for advisory prefetches, by what they were (rank).",
+)
+
+
 @dataclass(frozen=True)
 class LoadGauges:
     gauges: Mapping[str, Any]
+    evicted: Any
+    """`PREFETCH_EVICTED`, labelled by rank class (`kv_fate.KVFate.rank_class`)."""
 
     @classmethod
     def create(cls) -> LoadGauges:
@@ -38,7 +46,8 @@ class LoadGauges:
             {
                 key: Gauge(name, documentation, multiprocess_mode="mostrecent")
                 for key, (name, documentation) in GAUGES.items()
-            }
+            },
+            Gauge(*PREFETCH_EVICTED, ["rank"], multiprocess_mode="mostrecent"),
         )
 
     def update(self, stats: Mapping[str, Any]) -> None:
@@ -46,3 +55,5 @@ class LoadGauges:
             value = stats.get(key)
             if value is not None:
                 gauge.set(value)
+        for rank, tokens in (stats.get("prefetch_evicted_tokens") or {}).items():
+            self.evicted.labels(rank).set(tokens)

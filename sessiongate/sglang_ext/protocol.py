@@ -106,6 +106,10 @@ class LoadReport(BaseModel):
     host_kv_tokens_total: int | None = None
     host_kv_tokens_used: int | None = None
     prefetches_in_flight: int = 0
+    prefetch_evicted_tokens: dict[str, int] = {}
+    """Device tokens evicted to make room for advisory prefetches since the worker started, by what they were:
+    `expired_hint` (an unused prefetch past its ttl), `unhinted` (KV no live hint expected), `hinted` (a live
+    hint's KV of a lower priority). Priority-based KV memory; empty from a worker that evicted nothing for one."""
     prefill_tokens_per_s: float
     """Prefill speed while prefilling (tokens computed, cache hits excluded, per second of prefill batches) over
     the last 2 s of such work; it holds while the worker idles, 0 before its first prefill."""

@@ -476,7 +476,8 @@ def _generate_greedy(client: httpx.Client, ids: list[int], max_new_tokens: int =
 
 
 def test_a_wrong_hint_leaves_the_device_first_and_requests_still_finish(worker_b: httpx.Client, pool_dir: Path) -> None:
-    # The device pool is 64 pages. The hint's context is in the pool only.
+    # The device pool is 64 pages. The hint's context is in the pool only. Its advisory's ttl passes before the
+    # pressure comes: within it, a live hint's pages rank above unhinted ones (the next test).
     hint = _ids(11, 20)
     files = len(list(pool_dir.iterdir()))
     _generate_greedy(worker_b, hint)
@@ -488,9 +489,10 @@ def test_a_wrong_hint_leaves_the_device_first_and_requests_still_finish(worker_b
     session = _ids(13, 20)
     _generate_greedy(worker_b, session)  # default priority 1, older than the hint
 
-    accepted: PrefetchAccepted = prefetch(worker_b, session_id="never-comes", input_ids=hint, priority=1)
+    accepted: PrefetchAccepted = prefetch(worker_b, session_id="never-comes", input_ids=hint, priority=1, ttl_ms=1000)
     status = wait_finished(worker_b, accepted.prefetch_id)
     assert status.pages_on_device == 20
+    time.sleep(1.2)  # the hint's ttl passes: it ranks lowest of all now
 
     outputs: list[dict[str, Any]] = []
     decoding = threading.Thread(target=lambda: outputs.append(_generate_greedy(worker_b, running, max_new_tokens=200)))
@@ -509,6 +511,44 @@ def test_a_wrong_hint_leaves_the_device_first_and_requests_still_finish(worker_b
     assert wait_finished(worker_b, probe.prefetch_id).pages_on_device < 20
     # Nothing was lost: what left the device is still in host memory or the pool.
     assert worker_b.get(f"{PREFETCH_PATH}/{probe.prefetch_id}").json()["pages_unavailable"] == 0
+
+
+def test_a_live_hints_prefetch_evicts_idle_kv_below_it_and_never_a_running_request(
+    worker_b: httpx.Client, pool_dir: Path
+) -> None:
+    # Priority-based KV memory: the device pool is 64 pages, the hint's context (20 pages) is in the pool only,
+    # idle sessions fill the device, and a request decodes while the prefetch runs.
+    hint = _ids(21, 20)
+    files = len(list(pool_dir.iterdir()))
+    _generate_greedy(worker_b, hint)
+    wait_for_pool_growth(pool_dir, files)
+    time.sleep(1.0)
+    assert worker_b.post("/flush_cache", params={"timeout": 60}).status_code == 200
+    running = _ids(22, 4)
+    expected = _generate_greedy(worker_b, running, max_new_tokens=200)["output_ids"]
+    for seed in (23, 24, 25):
+        _generate_greedy(worker_b, _ids(seed, 12))  # three idle sessions, default priority (1): 36 pages
+    before = load_report(worker_b).prefetch_evicted_tokens
+
+    outputs: list[dict[str, Any]] = []
+    decoding = threading.Thread(target=lambda: outputs.append(_generate_greedy(worker_b, running, max_new_tokens=200)))
+    decoding.start()
+    time.sleep(0.3)  # the generation is decoding when the prefetch comes
+    try:
+        accepted = prefetch(worker_b, session_id="hinted", input_ids=hint, priority=1, target="device")
+        status = wait_finished(worker_b, accepted.prefetch_id)
+    finally:
+        decoding.join()
+    assert outputs[0]["output_ids"] == expected  # the running request kept its pages and its reserve
+    # The free pages, less the decoding request's reserve, hold fewer than 20 pages: idle, unhinted KV of the
+    # hint's priority made the rest of the room (with free pages only, the prefetch stopped in host memory).
+    assert status.pages_on_device == 20
+    evicted = load_report(worker_b).prefetch_evicted_tokens
+    assert evicted.get("unhinted", 0) - before.get("unhinted", 0) >= PAGE
+    metrics = worker_b.get("/metrics").text
+    assert 'sessiongate:prefetch_evicted_tokens{rank="unhinted"}' in metrics
+    # The hinted session's next turn finds every page on the device.
+    assert _generate_greedy(worker_b, hint)["meta_info"]["cached_tokens_details"]["device"] == 20 * PAGE
 
 
 def test_a_no_keep_request_leaves_nothing_of_its_own(worker_b: httpx.Client, pool_dir: Path) -> None:

@@ -112,7 +112,7 @@ class Node:
         self.last_access_time = last_access_time
 
 
-def test_fate_ranks_drops_then_priority_then_unused_prefetches() -> None:
+def test_fate_ranks_drops_then_priority_then_live_hints_last() -> None:
     fate = KVFate()
     used = Node(priority=1, last_access_time=1.0)
     hint = Node(priority=LOWEST_PRIORITY, last_access_time=2.0)  # a host insert under the root
@@ -120,7 +120,9 @@ def test_fate_ranks_drops_then_priority_then_unused_prefetches() -> None:
     fate.mark_prefetched([hint], priority=1, ttl_s=10.0, now=0.0)
     assert hint.priority == 1  # takes the prefetch's priority as its own
     order = sorted([used, hint, low], key=lambda node: fate.eviction_rank(node, now=1.0))
-    assert order == [low, hint, used]
+    assert order == [low, used, hint]  # within one priority, what a live hint expects goes last
+    # Past its ttl the unused prefetch goes first of all.
+    assert sorted([used, hint, low], key=lambda node: fate.eviction_rank(node, now=10.0)) == [hint, low, used]
     fate.doom([used])
     assert sorted([used, hint, low], key=lambda node: fate.eviction_rank(node, now=1.0))[0] is used
     fate.pardon_all()
@@ -153,3 +155,38 @@ def test_fate_forgets_nodes_the_tree_deleted() -> None:
     fate = KVFate()
     fate.hold([Node(priority=1, last_access_time=0.0)], priority=2, ttl_s=60.0, now=0.0)
     assert fate.counts()["held"] == 0  # held weakly: the node is gone
+
+
+def test_a_prefetch_may_evict_lower_priorities_and_unhinted_kv_of_its_own_not_live_hints() -> None:
+    fate = KVFate()
+    lower = Node(priority=0, last_access_time=1.0)
+    idle = Node(priority=1, last_access_time=2.0)
+    hinted = Node(priority=1, last_access_time=3.0)
+    retained = Node(priority=1, last_access_time=4.0)
+    higher = Node(priority=2, last_access_time=5.0)
+    fate.mark_prefetched([hinted], priority=1, ttl_s=10.0, now=0.0)
+    fate.hold([retained], priority=1, ttl_s=5.0, now=0.0)
+    may = [node for node in (lower, idle, hinted, retained, higher) if fate.ranks_below(node, priority=1, now=1.0)]
+    assert may == [lower, idle]
+    assert [fate.rank_class(node, 1.0) for node in (lower, idle, hinted)] == ["unhinted", "unhinted", "hinted"]
+    # Ranks decay: the hint that ends soonest goes first, and an ended one is no hint.
+    assert sorted([hinted, retained], key=lambda node: fate.eviction_rank(node, now=1.0)) == [retained, hinted]
+    assert fate.ranks_below(retained, priority=1, now=6.0)
+    assert fate.ranks_below(hinted, priority=1, now=11.0)
+    assert fate.rank_class(hinted, 11.0) == "expired_hint"
+
+
+def test_the_quota_counts_evictable_kv_below_the_prefetch_beyond_the_reserve() -> None:
+    demand = [DemandItem(300), DemandItem(200)]
+    assert device_prefetch_quota(free_tokens=400, demand=demand, page_size=64) == 0
+    assert device_prefetch_quota(free_tokens=400, demand=demand, page_size=64, evictable_tokens=1000) == 896
+    assert device_prefetch_quota(free_tokens=0, demand=[], page_size=64, evictable_tokens=100) == 64
+
+
+def test_evictable_kv_is_classed_in_eviction_order() -> None:
+    from sessiongate.sglang_ext.internals.kv_ops import Evictable
+
+    evictable = Evictable(tokens=448, by_class=[("expired_hint", 64), ("unhinted", 128), ("unhinted", 256)])
+    assert evictable.classes_of_first(128) == {"expired_hint": 64, "unhinted": 64}
+    assert evictable.classes_of_first(0) == {}
+    assert evictable.classes_of_first(10_000) == {"expired_hint": 64, "unhinted": 384}

@@ -11,6 +11,8 @@
 - `drop_pages`: the nodes of a context that are the session's alone and not in use, removed
   from the device and host tiers by SGLang's own eviction (they rank first while it runs), and
   their page files deleted from the `file` L3 pool.
+- `evictable_below`: the device pages a hinted prefetch may displace (priority-based KV memory),
+  in the order SGLang's eviction takes them.
 
 Which pages are the session's (documented in docs/prefetch.md, "Session KV operations"):
 the context's path in the tree, plus everything below the context's last page when the context
@@ -37,10 +39,12 @@ from sessiongate.sglang_ext.pool_probe import PoolProbe
 __all__ = [
     "PYTHON_TREE_CORE_ENV",
     "DropOutcome",
+    "Evictable",
     "SessionPages",
     "Unsupported",
     "context_page_hashes",
     "drop_pages",
+    "evictable_below",
     "install_fate_order",
     "pool_pages_present",
     "session_pages",
@@ -214,6 +218,54 @@ def _exclusive_nodes(cache: Any, pages: SessionPages, floor_tokens: int = 0) -> 
         node = node.parent
         owned.append(node)
     return owned
+
+
+@dataclass(frozen=True)
+class Evictable:
+    """Device pages a prefetch of some priority may evict, in eviction order."""
+
+    tokens: int
+    by_class: list[tuple[str, int]]
+    """(`KVFate.rank_class`, tokens) per node, the first to go first."""
+
+    def classes_of_first(self, tokens: int) -> dict[str, int]:
+        """Tokens by rank class among the first `tokens` to go."""
+        taken: dict[str, int] = {}
+        for rank_class, size in self.by_class:
+            if tokens <= 0:
+                break
+            share = min(size, tokens)
+            taken[rank_class] = taken.get(rank_class, 0) + share
+            tokens -= share
+        return taken
+
+
+def evictable_below(cache: Any, fate: KVFate, priority: int, now: float) -> Evictable:
+    """The device tokens SGLang's eviction reaches before any page a prefetch of `priority` must spare.
+
+    Eviction takes device leaves; a node becomes a leaf once its device-resident children are gone. So
+    from each evictable leaf this climbs while the node is device-resident, unlocked (no request holds
+    it), ranks below the prefetch (`KVFate.ranks_below`) and has no other device-resident child left
+    standing: what the walk counts is what an eviction of that many tokens, in rank order, can free
+    without touching anything the prefetch must spare. A node some request holds is never counted.
+    """
+    core = _python_core(cache)
+    root = core.root_node
+    counted: set[Any] = set()
+    found: list[tuple[tuple[Any, ...], str, int]] = []
+    for leaf in list(core.evictable_device_leaves):
+        node = leaf
+        while node is not root and node is not None and node not in counted:
+            value = _full(node).value
+            if value is None or _locked(node) or not fate.ranks_below(node, priority, now):
+                break
+            if any(child not in counted and _full(child).value is not None for child in node.children.values()):
+                break
+            counted.add(node)
+            found.append((fate.eviction_rank(node, now), fate.rank_class(node, now), len(value)))
+            node = node.parent
+    found.sort(key=lambda item: item[0])
+    return Evictable(sum(size for _, _, size in found), [(rank_class, size) for _, rank_class, size in found])
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,13 @@
 A prefetch uses UnifiedRadixCache's own machinery, as a request's admission does, minus the
 request: `match_prefix` (what is resident), `prefetch_from_storage` + `check_prefetch_progress`
 (the cache controller's L3 -> host prefetch, its I/O on the controller's threads, so decode keeps
-running), then `load_back` (host -> device) with a memory quota from `kv_budget`, so it only takes
-device pages the engine's running and queued requests will not need, and never evicts. Nothing is
-computed: pages found in no tier are counted unavailable. A storage failure is a miss: the cache
-controller reports fewer completed tokens and the radix cache keeps only those.
+running), then `load_back` (host -> device) with a memory quota from `kv_budget`: device pages the
+engine's running and queued requests will not need, free or ranked below the prefetch
+(priority-based KV memory: `kv_ops.evictable_below`), which SGLang's eviction frees in rank order
+as the load allocates. The tokens evicted for prefetches are counted by what they were
+(`prefetch_evicted_tokens` in the load report and on `/metrics`). Nothing is computed: pages found
+in no tier are counted unavailable. A storage failure is a miss: the cache controller reports fewer
+completed tokens and the radix cache keeps only those.
 
 The fate of KV (`kv_fate.KVFate`, ranked into SGLang's own eviction by `kv_ops`): pages a
 prefetch brought in are marked prefetched-unused (the prefetch's priority until its ttl passes,
@@ -110,6 +113,8 @@ class SchedulerExtension:
         self._gauges = LoadGauges.create() if _metrics_enabled() else None
         self._fate = KVFate()
         self._fate_ordered = kv_ops.install_fate_order(self._cache, self._fate, time.monotonic)
+        # Device tokens evicted to make room for prefetches, by what they were (`KVFate.rank_class`).
+        self._evicted_for_prefetch: dict[str, int] = {}
         self._no_keep = NoKeepRequests(self._cache, self._fate) if self._fate_ordered else None
 
     # --- IPC ---------------------------------------------------------------------------------
@@ -316,13 +321,17 @@ class SchedulerExtension:
         started = False
         for prefetch_id, job in waiting:
             residency = self._residency(job)
-            if residency.host_tokens > 0 and self._cache.load_back(
-                residency.best_match_node, mem_quota=self._device_quota()
-            ):
+            record = self._record(prefetch_id)
+            evictable = self._evictable(record.priority)
+            free = int(self._scheduler.token_to_kv_pool_allocator.available_size())
+            quota = self._device_quota(evictable.tokens if evictable is not None else 0)
+            if residency.host_tokens > 0 and self._cache.load_back(residency.best_match_node, mem_quota=quota):
+                if evictable is not None:
+                    for rank_class, tokens in evictable.classes_of_first(residency.host_tokens - free).items():
+                        self._evicted_for_prefetch[rank_class] = self._evicted_for_prefetch.get(rank_class, 0) + tokens
                 job.load_node = residency.best_match_node
                 job.phase = "load_back"
                 self._copies.append(_Copy(job.load_node, job.token_ids, job.cache_salt, residency.device_tokens))
-                record = self._record(prefetch_id)
                 loaded = residency.host_tokens * self._bytes_per_token()
                 self._book.put(record.updated(bytes_loaded=record.bytes_loaded + loaded))
                 started = True
@@ -429,7 +438,13 @@ class SchedulerExtension:
             storage_tokens=len(deleted) * self._page_size,
         )
 
-    def _device_quota(self) -> int:
+    def _evictable(self, priority: int) -> kv_ops.Evictable | None:
+        """The device pages a prefetch of `priority` may displace (None where the eviction order is SGLang's own)."""
+        if not self._fate_ordered:
+            return None
+        return kv_ops.evictable_below(self._cache, self._fate, priority, time.monotonic())
+
+    def _device_quota(self, evictable_tokens: int = 0) -> int:
         scheduler = self._scheduler
         demand = [
             DemandItem(req.sampling_params.max_new_tokens - len(req.output_ids))
@@ -441,7 +456,7 @@ class SchedulerExtension:
             for req in scheduler.waiting_queue
         ]
         free = int(scheduler.token_to_kv_pool_allocator.available_size())
-        return device_prefetch_quota(free, demand, self._page_size)
+        return device_prefetch_quota(free, demand, self._page_size, evictable_tokens)
 
     # --- per iteration -----------------------------------------------------------------------
 
@@ -520,6 +535,7 @@ class SchedulerExtension:
             "host_kv_tokens_total": host_total,
             "host_kv_tokens_used": host_used,
             "prefetches_in_flight": self._book.in_flight(),
+            "prefetch_evicted_tokens": dict(self._evicted_for_prefetch),
             "prefill_tokens_per_s": self._prefill.rate(self._prefill.clock),
             "decode_tokens_per_s": self._decode.rate(self._decode.clock),
         }
