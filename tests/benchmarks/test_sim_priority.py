@@ -10,7 +10,7 @@ import pytest
 from sessiongate.benchmarks.metrics import TurnRecord
 from sessiongate.benchmarks.sim import simulate
 from sessiongate.benchmarks.sim.cluster import oracle_hints, oracle_lead_s
-from sessiongate.benchmarks.sim.engine import EventLoop, Request, SharedPool, SimWorker, _Tier
+from sessiongate.benchmarks.sim.engine import EventLoop, PrefetchResult, Request, SharedPool, SimWorker, _Tier
 from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
 
 from .test_sim import SIMPLE
@@ -111,15 +111,42 @@ def _session(sid: str, start: float, *turns: tuple[int, int, float]) -> SessionT
     return SessionTrace(sid, "synthetic", start, built)
 
 
-def test_the_oracles_hints_come_one_per_later_turn_at_the_ideal_lead() -> None:
+def test_the_oracles_hints_come_one_per_later_turn_at_the_previous_answers_end() -> None:
     session = _session("S", 0.0, (400, 10, 0.0), (50, 10, 20.0), (50, 10, 0.2))
-    hints = oracle_hints(session, SIMPLE)
-    assert [h.turn for h in hints] == [1, 2]
-    # Turn 1's context is 410 tokens: 0.41 s from the pool and 0.41 s over PCIe at 1,000 tokens/s each.
-    assert oracle_lead_s(410, SIMPLE) == pytest.approx(1.5 * 0.82 + 0.05)
-    assert hints[0].after_prev_end_s == pytest.approx(20.0 - oracle_lead_s(410, SIMPLE))
-    assert hints[1].after_prev_end_s == 0.0  # a gap shorter than the lead: at the previous answer's end
+    hints = oracle_hints(session)
+    assert [(h.turn, h.after_prev_end_s) for h in hints] == [(1, 0.0), (2, 0.0)]
     assert all(h.kind == "typing" for h in hints)
+    # The ideal lead of a 410-token context: 0.41 s from the pool and 0.41 s over PCIe at 1,000 tokens/s each.
+    assert oracle_lead_s(410, SIMPLE) == pytest.approx(1.5 * 0.82 + 0.05)
+
+
+def test_the_oracle_keeps_a_sessions_kv_until_its_turn_and_prefetches_it_just_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fired: list[float] = []
+    original = SimWorker.prefetch
+
+    def prefetch(worker: SimWorker, session_id: str, target: str, rank_until: float | None = None) -> PrefetchResult:
+        fired.append(worker.loop.now)
+        return original(worker, session_id, target, rank_until)
+
+    monkeypatch.setattr(SimWorker, "prefetch", prefetch)
+    # X's second turn comes 20 s after its first answer; Z (100 tokens) arrives meanwhile and needs room: the
+    # device (550 tokens) holds X's 401 and Z only if something goes: the expected X stays, the idle W goes.
+    sessions = [
+        _session("X", 0.0, (400, 1, 0.0), (20, 1, 20.0)),
+        _session("W", 1.0, (120, 1, 0.0)),  # more recently used than X
+        _session("Z", 5.0, (100, 1, 0.0)),
+    ]
+    cal = dataclasses.replace(SIMPLE, device_kv_tokens=550, host_kv_tokens=10_000)
+    oracle = simulate("kv_aware+oracle", sessions, cal, workers=1)
+    second = _second_turn([r for r in oracle.records if r.session_id == "X"])
+    assert second.cached_device == 401
+    # One prefetch, fired `oracle_lead_s` before the turn (nothing to move: it found the KV on the device).
+    assert len(fired) == 1
+    assert fired[0] == pytest.approx(second.sent_s - oracle_lead_s(401, cal))
+    plain = _second_turn([r for r in simulate("kv_aware", sessions, cal, workers=1).records if r.session_id == "X"])
+    assert plain.cached_device < 401  # LRU let Z's admission take the older X
 
 
 def _second_turn(records: list[TurnRecord]) -> TurnRecord:

@@ -144,6 +144,34 @@ def test_kv_aware_honours_a_reservation_within_the_margin_only() -> None:
     assert policy.choose(gone, workers).id == "b"
 
 
+def test_kv_aware_a_landed_reservation_only_breaks_ties() -> None:
+    # Its prefetch finished: the KV belief shows the KV there, so the margin would only hold the request on a worker
+    # that got busier since.
+    policy = KVAware(
+        CostModel(typical_prefill_tokens=500, default_prefill_tokens_per_s=1000.0), reservation_margin_s=0.6
+    )
+    landed = _request(reservation=Reservation(worker_id="a", expires_at=10.0, landed=True), now=5.0)
+    assert policy.choose(landed, [_loaded(A, 0, 1), _loaded(B, 0)]).id == "b"  # 0.5 s worse: not kept
+    assert policy.choose(landed, [_loaded(A, 0), _loaded(B, 0)]).id == "a"  # a tie goes to the reservation
+    under_way = _request(reservation=Reservation(worker_id="a", expires_at=10.0), now=5.0)
+    assert policy.choose(under_way, [_loaded(A, 0, 1), _loaded(B, 0)]).id == "a"
+
+
+def test_a_reservation_lands_when_its_prefetch_is_ready() -> None:
+    from sessiongate.gateway.advisor.core import AdvisorBook, LiveAdvisory
+
+    book = AdvisorBook(ttl_s=30.0)
+    advisory = LiveAdvisory("adv", "s", "t", "typing", "a", "device", created_at=0.0, fire_at=0.0, expires_at=30.0)
+    book.add(advisory)
+    book.due(0.0)
+    reservation = book.reservation("s", 1.0)
+    assert reservation is not None
+    assert not reservation.landed
+    advisory.ready_at = 2.0
+    assert book.reservation("s", 1.5) == Reservation(worker_id="a", expires_at=30.0, landed=False)
+    assert book.reservation("s", 2.5) == Reservation(worker_id="a", expires_at=30.0, landed=True)
+
+
 def test_cache_aware_prefix_affinity_then_smallest_index() -> None:
     policy = CacheAware()
     system = "You are a helpful travel assistant who answers briefly. " * 4

@@ -131,6 +131,11 @@ class SimResult:
     result_gap_median_s: float | None = None
 
 
+# How long after its turn's expected arrival the oracle's rank and reservation still hold (the turn comes on time;
+# this covers its routing and admission).
+ORACLE_SLACK_S = 1.0
+
+
 def oracle_lead_s(context_tokens: int, cal: Calibration) -> float:
     """The ideal lead for a prefetch of `context_tokens`: what loading it from the pool to the device takes at the
     calibration's rates, half as much again for the channels' queues, and 50 ms. Less and the turn waits for its
@@ -145,16 +150,12 @@ def oracle_lead_s(context_tokens: int, cal: Calibration) -> float:
     return 1.5 * load + 0.05
 
 
-def oracle_hints(session: SessionTrace, cal: Calibration) -> list[Hint]:
-    """The oracle's hints for `session`: one per turn after the first, `oracle_lead_s` of the turn's context before
-    its request (at the previous answer's end when the gap is shorter), none false, none missed."""
+def oracle_hints(session: SessionTrace) -> list[Hint]:
+    """The oracle's hints for `session`: one per turn after the first, at the previous answer's end (when the next
+    turn becomes certain), none false, none missed; what it does with them is `_Cluster._oracle_hint`."""
     hints = []
     for k in range(1, len(session.turns)):
-        turn = session.turns[k]
-        lead = oracle_lead_s(session.prompt_tokens(k) - turn.append_tokens, cal)
-        kind = "tool" if turn.kind == "tool" else "typing"
-        at_s = None if turn.at_s is None else turn.at_s - lead
-        hints.append(Hint(session.id, k, max(turn.gap_s - lead, 0.0), kind, None, at_s))
+        hints.append(Hint(session.id, k, 0.0, "tool" if session.turns[k].kind == "tool" else "typing"))
     return hints
 
 
@@ -202,6 +203,7 @@ class _Cluster:
                 on_done=self._turn_done,
                 bytes_moved=self.bytes_moved,
                 machine=self.machine,
+                farthest_first=spec.oracle,
             )
             for i in range(workers)
         ]
@@ -223,6 +225,7 @@ class _Cluster:
         self.claims: dict[tuple[str, int], Claim] = {}
         self.records: list[TurnRecord] = []
         self._advisory_ids = 0
+        self._last_worker: dict[str, str] = {}
         self.tool_kv: SimToolKV | None = None
         if spec.tool_kv:
             cost = cal.cost_model()
@@ -244,7 +247,7 @@ class _Cluster:
             if self.hints is not None:
                 by_anchor: dict[int | None, list[Hint]] = {}
                 planned = (
-                    oracle_hints(session, self.cal)
+                    oracle_hints(session)
                     if self.spec.oracle
                     else plan_hints(session, self.hints, random.Random(f"{self.seed}:{session.id}"))
                 )
@@ -327,6 +330,7 @@ class _Cluster:
         if self.spec.pool:
             details["storage_backend"] = "pool"
         if request.error is None:
+            self._last_worker[request.session_id] = request.worker
             self.belief.after_turn(
                 request.session_id,
                 request.worker,
@@ -368,6 +372,9 @@ class _Cluster:
         now = self.loop.now
         session_id = hint.session_id
         kind = _HINT_SIGNAL[hint.kind]
+        if self.spec.oracle:
+            self._oracle_hint(hint)
+            return
         if self.tool_kv is not None:
             self.tool_kv.signal(session_id, TENANT, kind)
             return
@@ -385,7 +392,7 @@ class _Cluster:
             self.book.withdraw(session_id)  # the load moved: the request would not go there any more
             self.by_id[live.worker_id].unrank(session_id)
             self._settle(live, "cancelled", None)
-        tier = "device" if self.spec.oracle else self.quality.tier(session_id, TENANT, kind, now)
+        tier = self.quality.tier(session_id, TENANT, kind, now)
         if tier == "none":
             self.stats.skipped(kind)
             return
@@ -395,6 +402,38 @@ class _Cluster:
         for due in self.book.due(now):
             self._fire(due)
         self.loop.at(advisory.expires_at, self._expire)
+
+    def _oracle_hint(self, hint: Hint) -> None:
+        """The oracle knows, when a turn ends, when the next one comes: the KV the turn left ranks as expected until
+        then (in both tiers of the worker that holds it), and a prefetch to the device, at the worker the policy
+        picks at that time, fires `oracle_lead_s` before the turn (at once when the gap is shorter)."""
+        now = self.loop.now
+        session_id = hint.session_id
+        assert hint.turn is not None
+        turn = self.sessions[session_id].turns[hint.turn]
+        arrival = now + turn.gap_s if turn.at_s is None else max(now, turn.at_s)
+        until = arrival + ORACLE_SLACK_S
+        home = self._last_worker.get(session_id)
+        if home is not None:
+            self.by_id[home].retain(session_id, until, host=True)
+        lead = oracle_lead_s(self.belief.context_tokens(session_id), self.cal)
+        fire_at = max(now, arrival - lead)
+        worker = self.policy.choose(self._route_for_hint(session_id, now, None), self._views())
+        kind = _HINT_SIGNAL[hint.kind]
+        advisory = self._new_advisory(
+            session_id, TENANT, kind, worker, "device", now, fire_at=fire_at, expires_in_s=until - now - self.book.ttl_s
+        )
+        self.book.add(advisory)
+        self.loop.at(fire_at, self._fire_due)
+        self.loop.at(advisory.expires_at, self._expire)
+
+    def _fire_due(self, _: object = None) -> None:
+        """Scheduled advisories whose time has come fire at the worker the policy picks now (`Advisor.tick`)."""
+        now = self.loop.now
+        for advisory in self.book.due(now):
+            worker = self.policy.choose(self._route_for_hint(advisory.session_id, now, None), self._views())
+            advisory.worker_id, advisory.worker_url = worker.id, worker.url
+            self._fire(advisory)
 
     def _new_advisory(
         self,

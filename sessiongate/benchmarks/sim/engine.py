@@ -175,6 +175,9 @@ class _Tier:
     entries: OrderedDict[str, int] = field(default_factory=OrderedDict)
     ready_at: dict[str, float] = field(default_factory=dict)
     retained: dict[str, float] = field(default_factory=dict)
+    farthest_first: bool = False
+    """Among ranked entries, the one whose rank ends last goes first: Belady's order, for an oracle whose ranks end
+    when each session's next turn comes."""
 
     def pop(self, session_id: str) -> int:
         tokens = self.entries.pop(session_id, 0)
@@ -197,7 +200,9 @@ class _Tier:
             until = self.retained.get(session_id)
             if until is None or until <= now:
                 return session_id
-            if ranked is None or until < self.retained[ranked]:
+            if ranked is None or (
+                until > self.retained[ranked] if self.farthest_first else until < self.retained[ranked]
+            ):
                 ranked = session_id
         assert ranked is not None
         return ranked
@@ -234,6 +239,7 @@ class SimWorker:
         on_done: Callable[[Request], None],
         bytes_moved: dict[str, int],
         machine: Machine | None = None,
+        farthest_first: bool = False,
     ) -> None:
         self.id = worker_id
         self.machine = machine
@@ -242,8 +248,9 @@ class SimWorker:
         self.pool = pool
         self.on_done = on_done
         self.bytes_moved = bytes_moved
-        self.host = _Tier(cal.host_kv_tokens) if host_tier else None
-        self.cached = _Tier(cal.device_kv_tokens)  # evictable device entries; `reserved` is the in-use rest
+        self.host = _Tier(cal.host_kv_tokens, farthest_first=farthest_first) if host_tier else None
+        # Evictable device entries; `reserved` is the in-use rest.
+        self.cached = _Tier(cal.device_kv_tokens, farthest_first=farthest_first)
         self.reserved = 0
         self.waiting: deque[Request] = deque()
         self.loading = 0
@@ -496,14 +503,16 @@ class SimWorker:
 
     # session KV operations
 
-    def retain(self, session_id: str, until: float) -> tuple[int, int]:
-        """`POST .../retain`: the session's device entry outranks unretained ones until `until` (never a pin).
-        Returns the tokens found (device, host), as the extension's `KVOpResult` does."""
+    def retain(self, session_id: str, until: float, *, host: bool = False) -> tuple[int, int]:
+        """`POST .../retain`: the session's device entry (and with `host` its host entry) outranks unretained ones
+        until `until` (never a pin). Returns the tokens found (device, host), as the extension's `KVOpResult` does."""
         device = self.cached.entries.get(session_id, 0)
         if device:
             self.cached.retained[session_id] = until
-        host = self.host.entries.get(session_id, 0) if self.host is not None else 0
-        return device, max(host - device, 0)
+        in_host = self.host.entries.get(session_id, 0) if self.host is not None else 0
+        if host and in_host and self.host is not None:
+            self.host.retained[session_id] = until
+        return device, max(in_host - device, 0)
 
     # advisory prefetch
 

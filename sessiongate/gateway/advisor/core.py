@@ -114,7 +114,8 @@ class AdvisorBook:
         advisory = self.get(session_id, now)
         if advisory is None or not advisory.fired or advisory.failed or advisory.action == "retain":
             return None
-        return Reservation(worker_id=advisory.worker_id, expires_at=advisory.expires_at)
+        landed = advisory.ready_at is not None and advisory.ready_at <= now
+        return Reservation(worker_id=advisory.worker_id, expires_at=advisory.expires_at, landed=landed)
 
     def refresh(self, session_id: str, now: float, *, fire_in_s: float = 0.0) -> LiveAdvisory | None:
         """Debounce: extend a live advisory instead of starting another; None when there is none."""

@@ -84,7 +84,8 @@ class KVAware:
     There is no stickiness bonus: a session's previous worker wins only when its resident KV saves more than
     the extra wait costs. An advisory reservation (the advisor asked that worker to prefetch this session) is
     kept while the reserved worker scores within `reservation_margin_s` of the best, because its prefetch is
-    probably under way and the score cannot see that yet; beyond the margin the reservation is dropped.
+    probably under way and the score cannot see that yet; beyond the margin the reservation is dropped. Once the
+    prefetch has landed the score sees its KV, and the reservation only breaks ties.
     """
 
     name = "kv_aware"
@@ -111,10 +112,10 @@ class KVAware:
         best = tied[self._turn % len(tied)]
         reservation = request.reservation
         if reservation is not None and reservation.expires_at > request.now:
+            # A landed prefetch needs no margin: the score already counts the KV it brought (a margin then would
+            # only hold the request on a worker that got busier since). One still under way gets the margin.
+            margin = 1e-9 if reservation.landed else self.reservation_margin_s
             for worker in workers:
-                if (
-                    worker.id == reservation.worker_id
-                    and scores[worker.id] <= scores[best.id] + self.reservation_margin_s
-                ):
+                if worker.id == reservation.worker_id and scores[worker.id] <= scores[best.id] + margin:
                     return worker
         return best

@@ -64,6 +64,8 @@ class Reservation:
 
     worker_id: str
     expires_at: float
+    landed: bool = False
+    """The prefetch has finished: the KV belief shows the KV on `worker_id`, so the score sees what it saves."""
 
 
 @dataclass(frozen=True, slots=True)
