@@ -163,6 +163,7 @@ class Endpoints:
             "priority": body.priority,
             "ttl_ms": body.ttl_ms,
             "target": body.target,
+            "await_pool_ms": body.await_pool_ms,
         }
         record = await self._call("start", call)
         if isinstance(record, JSONResponse):

@@ -5,6 +5,7 @@ The scheduler thread runs every forward; a pool call on it (an existence check o
 ~4 s when the Mooncake master is gone. `PoolProbe.ask(question)` runs the question on one thread of its own and
 waits at most `wait_s`; past that the caller gets None (unknown) and the question finishes in the background.
 While one question is still running, the next one is not queued behind it: it is answered None at once.
+`submit` asks without waiting at all: the caller looks at the future on a later iteration.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class PoolProbe:
             return future.result(timeout=self._wait_s)
         except FutureTimeout:
             return None
+
+    def submit(self, question: Callable[[], Answer]) -> Future[Answer]:
+        """Ask on the probe's thread and return at once (behind any question still running)."""
+        return self._executor.submit(question)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -162,6 +162,10 @@ class PrefetchRequest(_Context):
     """After this long unused, the prefetched pages decay to the lowest priority (they are never pinned).
     Until then they have `priority`, and go before used pages of the same priority (docs/prefetch.md)."""
     target: PrefetchTarget = "device"
+    await_pool_ms: int = Field(default=0, ge=0, le=30_000)
+    """Pages of the context that no tier of this worker holds may still be on their way to the pool: the turn that
+    computed them ended moments ago on another worker, whose write-through runs in the background. Wait up to this
+    long for the pool to hold every page before reading it (0: read what is there now)."""
 
 
 class PrefetchAccepted(BaseModel):

@@ -186,6 +186,27 @@ def test_prefetch_moves_a_session_to_another_worker(
     assert on_b["choices"][0]["message"]["content"] == on_a["choices"][0]["message"]["content"]
 
 
+def test_a_prefetch_waits_for_pages_still_on_their_way_to_the_pool(
+    worker_a: httpx.Client, worker_b: httpx.Client
+) -> None:
+    # A hint the instant a turn ends elsewhere: that turn's pages are still on their way to the pool (A's
+    # write-through runs in the background). Made deterministic here: B is asked first, A computes the context
+    # after, and B, told to wait for the pool, reads every page once they are there, none before.
+    ids = _ids(31, 24)
+    waiting = prefetch(worker_b, session_id="right-after", input_ids=ids, target="host", await_pool_ms=20_000)
+    time.sleep(0.5)
+    assert worker_b.get(f"{PREFETCH_PATH}/{waiting.prefetch_id}").json()["state"] == "running"
+    _generate_greedy(worker_a, ids)
+    status = wait_finished(worker_b, waiting.prefetch_id, timeout=30.0)
+    assert status.state == "done"
+    assert status.pages_unavailable == 0
+    assert status.pages_in_host + status.pages_on_device == 24
+    assert _generate_greedy(worker_b, ids)["meta_info"]["cached_tokens_details"]["storage"] == 0
+    # Without the wait, a context whose pages are not in the pool yet is a miss at once.
+    other = prefetch(worker_b, session_id="no-wait", input_ids=_ids(32, 24), target="host")
+    assert wait_finished(worker_b, other.prefetch_id).pages_unavailable == 24
+
+
 def test_prefetch_by_token_ids_to_host(worker_a: httpx.Client, worker_b: httpx.Client, pool_dir: Path) -> None:
     prompt = [7 + i % 400 for i in range(12 * PAGE + 5)]  # the tiny vocabulary has 512 ids
     files_before = len(list(pool_dir.iterdir()))

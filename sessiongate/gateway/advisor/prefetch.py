@@ -36,6 +36,11 @@ log = structlog.get_logger(__name__)
 
 # A prefetch's states after which its status no longer changes.
 TERMINAL_STATES = ("done", "cancelled", "failed", "expired")
+# A turn's pages reach the pool in the background after it ends (HiCache write-through). A prefetch on another
+# worker within this long of that turn's end waits for them, up to `AWAIT_POOL_MS`, rather than read an older
+# prefix of the context (a hint sent the instant a turn ends: a typing hint as the answer renders, a tool result).
+RECENT_TURN_S = 10.0
+AWAIT_POOL_MS = 3000
 
 
 class Prefetcher:
@@ -88,6 +93,7 @@ class Prefetcher:
             ttl_ms=max(int((advisory.expires_at - self.clock()) * 1000), 1),
             target="host" if advisory.target == "host" else "device",
             cache_salt=self.cache_salt_for(tenant_id) if self.cache_salt_for else None,
+            await_pool_ms=self._await_pool_ms(session_id, advisory.worker_id),
         )
         url = advisory.worker_url or ""
         self.stats.prefetch_sent(request.target)
@@ -131,6 +137,17 @@ class Prefetcher:
         elif state in TERMINAL_STATES:
             advisory.failed = True
             await self.replicas.update(advisory, failed=True)
+
+    def _await_pool_ms(self, session_id: str, worker_id: str) -> int:
+        """How long the worker should wait for the pool to hold the session's last turn (0: not recent, or it ran
+        on this very worker, whose own tiers hold it)."""
+        entry = self.router.belief.entry(session_id)
+        if entry is None or entry.last_worker is None or entry.last_worker == worker_id:
+            return 0
+        observed = entry.workers.get(entry.last_worker)
+        if observed is None or self.clock() - observed[2] > RECENT_TURN_S:
+            return 0
+        return AWAIT_POOL_MS
 
     async def cancel(self, advisory: LiveAdvisory) -> None:
         """Stop the advisory's prefetch on its worker; a worker that does not answer is only logged."""

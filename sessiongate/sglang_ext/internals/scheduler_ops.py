@@ -25,6 +25,7 @@ import json
 import logging
 import time
 from array import array
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -45,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 _SAMPLE_INTERVAL_S = 0.05
 
-Phase = Literal["storage", "resident", "awaiting_load", "load_back", "settled"]
+Phase = Literal["awaiting_pool", "storage", "resident", "awaiting_load", "load_back", "settled"]
 
 
 class CallError(Exception):
@@ -68,6 +69,12 @@ class _Job:
     resident_tokens: int = 0
     """Tokens of the context in the tree (device or host) before the prefetch: what lies beyond
     them is what the prefetch brought in."""
+    pool_deadline: float = 0.0
+    """`awaiting_pool`: until when (monotonic) to wait for the pool to hold the context's pages."""
+    pool_hashes: list[str] | None = None
+    pool_check: Future[int] | None = None
+    """The pool's answer to "how many of the leading pages do you hold?", asked off this thread."""
+    pool_checked_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -216,25 +223,62 @@ class SchedulerExtension:
         )
         matched = residency.device_tokens + residency.host_tokens
         job.resident_tokens = matched
+        await_pool_s = int(body.get("await_pool_ms") or 0) / 1000
+        if matched < full_tokens and await_pool_s > 0 and getattr(self._cache, "enable_storage", False):
+            # The turn that computed the missing pages may have ended moments ago on another worker: wait (off this
+            # thread) until the pool holds them all, or the deadline, before reading it.
+            job.phase = "awaiting_pool"
+            job.pool_deadline = time.monotonic() + await_pool_s
+            job.pool_hashes = kv_ops.context_page_hashes(token_ids, job.cache_salt, page)
+        else:
+            self._start_storage(job, residency)
+        self._book.put(record)
+        self._jobs[prefetch_id] = job
+        self._advance(prefetch_id)
+        return self._record(prefetch_id)
+
+    def _start_storage(self, job: _Job, residency: _Residency) -> None:
+        """Read from the pool what the tree lacks of the context (the cache controller's L3 -> host prefetch)."""
+        page = self._page_size
+        full_tokens = len(job.token_ids) // page * page
+        matched = residency.device_tokens + residency.host_tokens
+        job.resident_tokens = matched
+        job.phase = "resident"
         if matched < full_tokens and self._storage_can_extend(residency.last_host_node):
             self._cache.prefetch_from_storage(
                 job.handle,
                 residency.last_host_node,
-                token_ids[matched:full_tokens],
+                job.token_ids[matched:full_tokens],
                 self._cache.get_last_hash_value(residency.last_host_node),
                 self._cache.get_prefix_hash_values(residency.last_host_node)
                 if self._cache.hicache_storage_pass_prefix_keys
                 else None,
-                matched_prefix_tokens=token_ids[:matched],
+                matched_prefix_tokens=job.token_ids[:matched],
                 extra_key=None,
                 cache_salt=job.cache_salt,
             )
             if job.handle in self._cache.ongoing_prefetch:
                 job.phase = "storage"
-        self._book.put(record)
-        self._jobs[prefetch_id] = job
-        self._advance(prefetch_id)
-        return self._record(prefetch_id)
+
+    def _pool_complete(self, job: _Job) -> bool:
+        """`awaiting_pool`: whether to read the pool now (it holds every page, or the wait is over)."""
+        now = time.monotonic()
+        hashes = job.pool_hashes or []
+        if now >= job.pool_deadline or not hashes:
+            return True
+        check = job.pool_check
+        if check is not None and check.done():
+            job.pool_check = None
+            try:
+                if check.result() >= len(hashes):
+                    return True
+            except Exception:  # the pool did not answer: read what it has when the wait is over
+                logger.warning("sessiongate prefetch: the pool's existence check failed", exc_info=True)
+        if job.pool_check is None and now - job.pool_checked_at >= _SAMPLE_INTERVAL_S:
+            backend = self._cache.cache_controller.storage_backend
+            job.pool_checked_at = now
+            job.pool_check = self._pool_probe.submit(lambda: int(backend.batch_exists(hashes)))
+        return False
 
     def _storage_can_extend(self, last_host_node: Any) -> bool:
         cache = self._cache
@@ -277,6 +321,10 @@ class SchedulerExtension:
         job = self._jobs[prefetch_id]
         record = self._record(prefetch_id)
         cache = self._cache
+        if job.phase == "awaiting_pool":
+            if not self._pool_complete(job):
+                return
+            self._start_storage(job, self._residency(job))
         if job.phase == "storage":
             if not cache.check_prefetch_progress(job.handle):
                 return
