@@ -111,6 +111,50 @@ async def test_replay_through_the_gateway_extends_each_prompt(tmp_path: Path, op
     assert stats["requests"] == 6
 
 
+async def test_the_oracle_advises_every_later_turn_at_its_ideal_lead(
+    tmp_path: Path, open_gateway: Callable[..., Any]
+) -> None:
+    worker = FakeWorkerBehaviour()
+    settings = GatewaySettings(
+        workers=("http://worker-a:30000",),
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
+        allow_unauthenticated=True,
+        admin_key=ADMIN_KEY,
+        health_interval_s=0.05,
+    )
+    transport = httpx.ASGITransport(app=create_fake_worker(worker))
+    sessions = _sessions()
+    leads: list[int] = []
+
+    def lead(tokens: int) -> float:
+        leads.append(tokens)
+        return 0.05
+
+    options = ReplayOptions(
+        system="kv_aware+oracle",
+        concurrency=3,
+        time_scale=0.5,
+        hints=HintModel(missed_rate=1.0),  # ignored: the oracle's hints replace the planned ones
+        oracle_lead_s=lead,
+        text=SyntheticText(message_overhead_tokens=1),
+        progress=False,
+    )
+    async with open_gateway(create_app(settings, worker_transport=transport)) as client:
+        result = await replay(client, sessions, options)
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        stats = (await client.get("/v1/admin/advisories/stats", headers=admin)).json()
+    later = sum(len(s.turns) - 1 for s in sessions)
+    assert result.hints_sent == {"explicit": later}
+    assert not result.hint_errors
+    # Each asked for the context the turn extends: every earlier append and answer.
+    expected = sorted(s.prompt_tokens(k) - s.turns[k].append_tokens for s in sessions for k in range(1, len(s.turns)))
+    assert sorted(leads) == expected
+    assert (
+        stats["kinds"]["explicit"]["outcomes"].get("used", 0) + stats["kinds"]["explicit"]["outcomes"].get("late", 0)
+        == later
+    )
+
+
 async def test_no_turn_or_hint_is_sent_after_the_window(tmp_path: Path, open_gateway: Callable[..., Any]) -> None:
     worker = FakeWorkerBehaviour()
     settings = GatewaySettings(

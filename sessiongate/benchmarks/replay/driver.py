@@ -20,16 +20,18 @@ end is the answer's end; with it, SGLang decodes past the call and returns it as
 
 Hints (`HintModel`, planned by `benchmarks.workloads.plan_hints`) go to the gateway's signal endpoints at their
 planned times: typing as `POST /v1/sessions/{id}/typing {"state": "started"}`, tool and explicit hints as
-`POST /v1/sessions/{id}/advise`. TTFT is taken at the first streamed content byte; the prompt tokens found per tier
-come from `usage.prompt_tokens_details.cached_tokens_details` (the gateway) or the worker's `sglext` chunk (which
-the Rust routers pass through unchanged).
+`POST /v1/sessions/{id}/advise`. The oracle (`oracle_lead_s`) knows the future instead: for every turn after the
+first, an explicit advise `oracle_lead_s(context tokens)` before the turn is sent (at the previous answer's end
+when the gap is shorter), none false, none missed. TTFT is taken at the first streamed content byte; the prompt
+tokens found per tier come from `usage.prompt_tokens_details.cached_tokens_details` (the gateway) or the worker's
+`sglext` chunk (which the Rust routers pass through unchanged).
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +86,8 @@ class ReplayOptions:
     tool_calls: bool = False
     # Post each tool's result to `/v1/sessions/{id}/tool_results` when it returns (a sessiongate front only).
     post_tool_results: bool = False
+    # The oracle's hints in place of `hints`: the ideal lead of a prefetch of so many context tokens, in seconds.
+    oracle_lead_s: Callable[[int], float] | None = None
 
 
 @dataclass
@@ -167,6 +171,10 @@ class _Run:
                     due = previous_end + turn.gap_s * (tool_scale if turn.kind == "tool" else scale)
                     if open_loop and turn.at_s is not None:
                         due = max(turn.at_s * scale, previous_end)
+                    if self.options.oracle_lead_s is not None:
+                        context = session.prompt_tokens(k) - turn.append_tokens
+                        at = max(previous_end, due - self.options.oracle_lead_s(context))
+                        hints.start_soon(self._hint, Hint(session.id, k, 0.0, "explicit"), at)
                     await anyio.sleep_until(self.start + due)
                     if self._past_deadline():
                         break

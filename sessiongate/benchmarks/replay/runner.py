@@ -29,6 +29,7 @@ import httpx
 from sessiongate.benchmarks.metrics import RunSummary, summarize, summary_from_dict, write_records
 from sessiongate.benchmarks.report import write_report
 from sessiongate.benchmarks.workloads import SessionTrace, TracesMissingError
+from sessiongate.gateway.routing import CostModel
 from sessiongate.sglang_ext.models import MODEL_NAMES
 
 from .common import (
@@ -145,6 +146,7 @@ async def replay_on(
     load: int,
     hints: bool,
     tool_results: bool = False,
+    oracle_lead_s: Callable[[int], float] | None = None,
 ) -> ReplayResult:
     async with httpx.AsyncClient(
         base_url=url, timeout=httpx.Timeout(600.0, connect=10.0), limits=httpx.Limits(max_connections=256)
@@ -162,8 +164,21 @@ async def replay_on(
             tool_time_scale=args.tool_time_scale,
             tool_calls=tool_calls_on(args),
             post_tool_results=tool_results,
+            oracle_lead_s=oracle_lead_s,
         )
         return await replay(client, sessions, options)
+
+
+def oracle_lead(cost: CostModel | None) -> Callable[[int], float]:
+    """The oracle's ideal lead for a context of n tokens on these workers: its load from the pool to the device at
+    the cost model's rates, half as much again, plus 0.3 s for a hint's and a prefetch's round trips on CPU."""
+    model = cost or CostModel()
+
+    def lead(tokens: int) -> float:
+        load = model.pool_to_device_latency_s + tokens * model.kv_bytes_per_token / model.pool_to_device_bytes_per_s
+        return 1.5 * load + 0.3
+
+    return lead
 
 
 def measure(
@@ -176,20 +191,29 @@ def measure(
     hints: bool,
     tool_results: bool = False,
     stats: Callable[[], dict[str, Any] | None] = lambda: None,
+    oracle_lead_s: Callable[[int], float] | None = None,
 ) -> RunSummary:
     sessions = load_sessions(args, args.sessions_per_slot * load, seed=args.seed * 1000 + load)
     stats_before = stats()
     result = anyio.run(
         functools.partial(
-            replay_on, stack_url, system, sessions, args, load=load, hints=hints, tool_results=tool_results
+            replay_on,
+            stack_url,
+            system,
+            sessions,
+            args,
+            load=load,
+            hints=hints,
+            tool_results=tool_results,
+            oracle_lead_s=oracle_lead_s,
         )
     )
     stats_after = stats()
     before, after = advisory_counts(stats_before), advisory_counts(stats_after)
     advisories = {k: after[k] - before.get(k, 0) for k in after}
-    if hints:
+    if hints or oracle_lead_s is not None:
         advisories["hints sent"] = sum(result.hints_sent.values())
-    if hints or tool_results:
+    if hints or tool_results or oracle_lead_s is not None:
         advisories["hint errors"] = sum(result.hint_errors.values())
     if tool_results:
         advisories["tool results posted"] = result.tools["posted"]
@@ -296,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         hints=spec.hints,
                         tool_results=spec.tool_results,
                         stats=stack.advisory_stats,
+                        oracle_lead_s=oracle_lead(cluster.cost) if spec.oracle else None,
                     )
                 )
                 save(out, title, summaries, notes, args)

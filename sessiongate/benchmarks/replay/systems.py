@@ -8,10 +8,13 @@
 | smg                 | device + host + shared file pool  | SGLang's model gateway (smg 1.13), cache_aware | no |
 | kv_aware            | device + host + shared file pool  | sessiongate, kv_aware                  | no    |
 | kv_aware+advisories | device + host + shared file pool  | sessiongate, kv_aware                  | yes   |
+| kv_aware+oracle     | device + host + shared file pool  | sessiongate, kv_aware                  | the oracle's |
 | dynamo_cost         | device + host + shared file pool  | sessiongate, Dynamo's KV-router cost   | no    |
 | kv_aware+toolkv     | device + host + shared file pool  | sessiongate, kv_aware                  | tool results |
 
-Hints: kv_aware+advisories posts the planned hints (`/advise`, `/typing`); kv_aware+toolkv posts none of them, only
+Hints: kv_aware+advisories posts the planned hints (`/advise`, `/typing`); kv_aware+oracle posts a perfect one
+for every turn after the first, at the ideal lead before it (`driver.ReplayOptions.oracle_lead_s`: the ceiling of
+what any hint can gain); kv_aware+toolkv posts none of them, only
 each tool's result (`/tool_results`) when the tool returns, so its advisories are the tool-call KV lifecycle's
 alone (sessiongate/gateway/advisor/toolkv.py: keep or offload at each tool call, from the durations those results
 taught it). The systems without hints run the gateway with that lifecycle off (`SESSIONGATE_ADVISORY_TOOL_KV`):
@@ -81,6 +84,8 @@ class SystemSpec:
     hints: bool
     # Post each tool's result to the gateway when the tool returns (the tool-call KV lifecycle's signal).
     tool_results: bool = False
+    # The oracle's hints (every turn, at the ideal lead) in place of the planned ones.
+    oracle: bool = False
 
 
 SYSTEMS: dict[str, SystemSpec] = {
@@ -92,6 +97,7 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("smg", "smg", "cache_aware", True, True, False),
         SystemSpec("kv_aware", "sessiongate", "kv_aware", True, True, False),
         SystemSpec("kv_aware+advisories", "sessiongate", "kv_aware", True, True, True),
+        SystemSpec("kv_aware+oracle", "sessiongate", "kv_aware", True, True, False, oracle=True),
         SystemSpec("dynamo_cost", "sessiongate", "dynamo_cost", True, True, False),
         SystemSpec("kv_aware+toolkv", "sessiongate", "kv_aware", True, True, False, tool_results=True),
     )
