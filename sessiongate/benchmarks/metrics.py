@@ -97,6 +97,8 @@ class RunSummary:
     label: str = ""  # e.g. "real CPU" | "simulated H100"
     duration_s: float = 0.0  # first send to last answer; 0 when unknown
     extra: dict[str, float] = field(default_factory=dict)
+    # TTFT of the turns after each session's first: the turns a hint can foresee.
+    later_ttft: Stats = field(default_factory=Stats.empty)
 
     @property
     def recomputed_share(self) -> float:
@@ -153,6 +155,7 @@ def summarize(
         requests=len(records),
         errors=len(records) - len(succeeded),
         ttft=stats(r.ttft_s for r in succeeded),
+        later_ttft=stats(r.ttft_s for r in succeeded if r.turn > 0),
         tpot=stats(r.tpot_s for r in succeeded),
         e2e=stats(r.e2e_s for r in succeeded),
         tokens_by_source=sources,
@@ -207,6 +210,7 @@ def read_records(path: Path) -> list[TurnRecord]:
 def summary_from_dict(data: Mapping[str, object]) -> RunSummary:
     """The inverse of `dataclasses.asdict(summary)`: summaries saved as JSON, read back for a report."""
     fields = dict(data)
-    for name in ("ttft", "tpot", "e2e"):
-        fields[name] = Stats(**fields[name])  # type: ignore[arg-type]
+    for name in ("ttft", "tpot", "e2e", "later_ttft"):
+        if name in fields:  # later_ttft: absent from summaries saved before it existed
+            fields[name] = Stats(**fields[name])  # type: ignore[arg-type]
     return RunSummary(**fields)  # type: ignore[arg-type]

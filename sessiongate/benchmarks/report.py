@@ -38,6 +38,7 @@ def write_report(
     lines += _main_table(ordered)
     if slo_p99_ttft_s is not None:
         lines += _slo_section(ordered, slo_p99_ttft_s)
+    lines += _oracle_section(ordered)
     lines += _losses_section(ordered)
     lines += _extras_section(ordered)
     lines += ["## Figures", "", f"![latency against load]({LATENCY_FIGURE})", ""]
@@ -102,6 +103,52 @@ def _slo_section(ordered: Sequence[RunSummary], bound_s: float) -> list[str]:
         loads = ", ".join(f"{x:g}" for x in sorted({s.load for s in ordered if s.system == system}))
         lines.append(f"| {system} | {load:g} {units[system]} | {loads} |")
     return [*lines, ""]
+
+
+ORACLE = "kv_aware+oracle"
+NO_HINTS = "kv_aware"
+HINTED = ("kv_aware+advisories", "kv_aware+toolkv", ORACLE)
+
+
+def _oracle_section(ordered: Sequence[RunSummary]) -> list[str]:
+    """At each load with kv_aware and the oracle: each hinted system's TTFT gain over kv_aware (its TTFT over theirs),
+    over all turns and over the turns after a session's first (those a hint can foresee), and its share of the
+    oracle's gain ((kv_aware - it) / (kv_aware - oracle))."""
+    by_load: dict[float, dict[str, RunSummary]] = {}
+    for s in ordered:
+        by_load.setdefault(s.load, {})[s.system] = s
+    rows: list[str] = []
+    for runs in by_load.values():
+        base, oracle = runs.get(NO_HINTS), runs.get(ORACLE)
+        if base is None or oracle is None:
+            continue
+        for system in (name for name in HINTED if name in runs):
+            run = runs[system]
+            cells = []
+            for metric in (
+                lambda r: r.ttft.mean,
+                lambda r: r.ttft.p99,
+                lambda r: r.later_ttft.mean,
+                lambda r: r.later_ttft.p99,
+            ):
+                mine, theirs, best = metric(run), metric(base), metric(oracle)
+                gain = theirs / mine if mine > 0 else math.nan
+                share = (theirs - mine) / (theirs - best) if theirs > best else math.nan
+                cells.append(f"{gain:.2f}x" + ("" if system == ORACLE else f" ({_pct(share)})"))
+            rows.append(f"| {system} | {_load(run)} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return [
+        "## Hints against the oracle",
+        "",
+        f"TTFT of {NO_HINTS} over each hinted system's (higher is better), in brackets the share of the oracle's gain "
+        "over kv_aware it reaches. Later turns: those after a session's first, the turns a hint can foresee.",
+        "",
+        "| system | load | mean TTFT | p99 TTFT | later turns' mean TTFT | later turns' p99 TTFT |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def _losses_section(ordered: Sequence[RunSummary]) -> list[str]:
