@@ -10,27 +10,38 @@ network namespace behind `scripts/pool-link.sh`, a link with a set rate and dela
 - `PoolLink(name, rate_mbit, delay_ms)`: a context manager; `local` / `remote` addresses, `netns`, `command(argv)`
   (the argv that runs in the namespace), `popen(argv)`, `run(argv)`.
 - `link_unavailable()`: why a link cannot be made here (not root, no `ip netns`, no TUN), or None.
+- `far_pool(link, state_dir)`: a Mooncake master and one storage node lending the pool's memory, both in the
+  namespace; `FarPool.pool_of(worker)` points a worker at it, lending nothing itself, so that every page it reads
+  from the pool crosses the link.
 - `measure_link(link)`: bandwidth both ways and the round trip, over TCP to a process in the namespace.
 - `pool_link_rate_mbit(kv_bytes_per_token, prefill_tokens_per_s, ratio)`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, start_master
+from sessiongate.sglang_ext.mooncake_node import StorageNode, StorageNodeConfig, start_storage_node
+from sessiongate.sglang_ext.worker_config import WorkerConfig
+
 __all__ = [
     "H100_POOL_READ_RATIO",
+    "FarPool",
     "LinkMeasurement",
     "PoolLink",
     "PoolLinkError",
+    "far_pool",
     "link_unavailable",
     "measure_link",
     "pool_link_rate_mbit",
@@ -152,7 +163,8 @@ class PoolLink:
         try:
             return self.up()
         except BaseException:
-            self.down()
+            with contextlib.suppress(PoolLinkError):
+                self.down()
             raise
 
     def __exit__(self, *exc_info: object) -> None:
@@ -235,3 +247,53 @@ def measure_link(link: PoolLink, nbytes: int = 30 << 20, pings: int = 20, port: 
     finally:
         peer.kill()
         peer.wait()
+
+
+@dataclass(frozen=True)
+class FarPool:
+    """A Mooncake Store whose master and memory are on the far side of `link`."""
+
+    link: PoolLink
+    master: MooncakeMaster
+    node: StorageNode
+
+    def pool_of(self, worker: WorkerConfig) -> WorkerConfig:
+        """`worker` using this pool from this side of the link, lending it no memory of its own."""
+        return self.master.config.pool_of(worker).replace(
+            mooncake_segment_bytes=0, mooncake_local_hostname=self.link.local
+        )
+
+
+@contextlib.contextmanager
+def far_pool(
+    link: PoolLink,
+    state_dir: Path,
+    pool_bytes: int = 512 << 20,
+    ports: tuple[int, int, int] = (50051, 8080, 9003),
+    python: str | None = None,
+) -> Iterator[FarPool]:
+    """Start a master (RPC, metadata and admin on `ports`) and a storage node lending `pool_bytes`, in the
+    namespace; stop both on exit. Their logs go to `state_dir`."""
+    in_netns = ("ip", "netns", "exec", link.netns)
+    master_config = MasterConfig(
+        host=link.remote,
+        rpc_port=ports[0],
+        metadata_port=ports[1],
+        admin_port=ports[2],
+        log_file=state_dir / f"mooncake-master-{link.name}.log",
+        python=python,
+        launch_prefix=in_netns,
+    )
+    with start_master(master_config) as master:
+        master.wait_ready()
+        node_config = StorageNodeConfig(
+            master=master_config,
+            hostname=link.remote,
+            segment_bytes=pool_bytes,
+            log_file=state_dir / f"mooncake-node-{link.name}.log",
+            python=python,
+            launch_prefix=in_netns,
+        )
+        with start_storage_node(node_config) as node:
+            node.wait_ready(master)
+            yield FarPool(link, master, node)
