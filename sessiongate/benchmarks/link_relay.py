@@ -14,6 +14,7 @@ their order; the relay adds the delay after the rate, as a link's propagation fo
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import os
 import random
@@ -57,10 +58,9 @@ def relay(left: int, right: int, delay_s: float, loss: float) -> None:
         now = time.monotonic()
         for source, queue in held.items():
             while queue and queue[0][0] <= now:
-                try:
+                # The far device down or its queue full: the packet is lost, as on a wire.
+                with contextlib.suppress(OSError):
                     os.write(peer[source], queue.popleft()[1])
-                except OSError:
-                    pass  # the far device is down or its queue full: the packet is lost, as on a wire
         dues = [queue[0][0] for queue in held.values() if queue]
         timeout = max(0.0, min(dues) - now) if dues else 0.5
         for key, _ in selector.select(timeout):

@@ -247,6 +247,8 @@ def measure_link(link: PoolLink, nbytes: int = 30 << 20, pings: int = 20, port: 
     finally:
         peer.kill()
         peer.wait()
+        if peer.stdout is not None:
+            peer.stdout.close()
 
 
 @dataclass(frozen=True)

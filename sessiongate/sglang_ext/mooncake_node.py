@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-buffer-bytes", type=int, default=16 << 20)
     parser.add_argument("--protocol", default="tcp")
     args = parser.parse_args(argv)
-    from mooncake.store import MooncakeDistributedStore
+    from mooncake.store import MooncakeDistributedStore  # type: ignore[import-untyped]
 
     # Blocked before Mooncake starts its threads, so that they inherit the mask and only `sigwait` takes them.
     stop_signals = {signal.SIGTERM, signal.SIGINT}
