@@ -14,7 +14,8 @@ network namespace behind `scripts/pool-link.sh`, a link with a set rate and dela
   namespace; `FarPool.pool_of(worker)` points a worker at it, lending nothing itself, so that every page it reads
   from the pool crosses the link.
 - `measure_link(link)`: bandwidth both ways and the round trip, over TCP to a process in the namespace.
-- `pool_link_rate_mbit(kv_bytes_per_token, prefill_tokens_per_s, ratio)`.
+- `pool_link_rate_mbit(kv_bytes_per_token, prefill_tokens_per_s, ratio)`; `LinkSpec` / `link_spec(text, model)`,
+  the replay's `--pool-link` (`auto`: the rate for the model from its prefill measured on these machines).
 """
 
 from __future__ import annotations
@@ -31,17 +32,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sessiongate.sglang_ext.models import kv_bytes_per_token
 from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, start_master
 from sessiongate.sglang_ext.mooncake_node import StorageNode, StorageNodeConfig, start_storage_node
 from sessiongate.sglang_ext.worker_config import WorkerConfig
 
 __all__ = [
     "H100_POOL_READ_RATIO",
+    "MEASURED_PREFILL_TOKENS_PER_S",
     "FarPool",
     "LinkMeasurement",
+    "LinkSpec",
     "PoolLink",
     "PoolLinkError",
     "far_pool",
+    "link_spec",
     "link_unavailable",
     "measure_link",
     "pool_link_rate_mbit",
@@ -52,6 +57,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pool-link.sh"
 H100_POOL_READ_RATIO = 131072 / 12.5e9 / (1 / 40000)
 """A token's KV read over the pool's link, as a share of its prefill, on an H100 with an 8B model: Llama-3.1-8B's
 128 KiB of KV per token over a 100 Gb/s link (12.5 GB/s) against ~40k tokens/s of prefill: ~0.42."""
+
+
+MEASURED_PREFILL_TOKENS_PER_S: dict[str, float] = {"tiny": 21159.0, "medium": 848.0, "smollm2": 248.0}
+"""Cold prefill of 2,048 tokens on one thread of the 2-core machines these benchmarks run on (2026-11-28,
+`python -m sessiongate.benchmarks.pool_link_rate`; docs/benchmarks.md, "An emulated pool link")."""
 
 
 class PoolLinkError(RuntimeError):
@@ -70,10 +80,34 @@ def pool_link_rate_mbit(
     return kv_bytes_per_token * 8 * prefill_tokens_per_s / ratio / 1e6
 
 
+@dataclass(frozen=True)
+class LinkSpec:
+    """The link a replay puts between its workers and their shared pool, and the pool's size behind it."""
+
+    rate_mbit: float
+    delay_ms: float = 0.5
+    pool_bytes: int = 1 << 30
+
+
+def link_spec(rate: str, model_size: str, delay_ms: float = 0.5) -> LinkSpec:
+    """`rate`: Mbit/s, or `auto` for the rate that gives `model_size` an H100's read/prefill share here."""
+    if rate == "auto":
+        if model_size not in MEASURED_PREFILL_TOKENS_PER_S:
+            raise ValueError(f"no measured prefill rate for {model_size!r}: give the link's rate in Mbit/s")
+        mbit = pool_link_rate_mbit(kv_bytes_per_token(model_size), MEASURED_PREFILL_TOKENS_PER_S[model_size])
+    else:
+        mbit = float(rate)
+    if mbit <= 0 or delay_ms < 0:
+        raise ValueError(f"a link needs a positive rate and a delay of 0 or more, got {rate} and {delay_ms}")
+    return LinkSpec(round(mbit, 1), delay_ms)
+
+
 def link_unavailable() -> str | None:
     """None when `PoolLink` can work here, else why not."""
     if sys.platform != "linux":
         return "network namespaces are Linux's"
+    if not SCRIPT.is_file():
+        return f"{SCRIPT} is not here (a checkout has it, an installed wheel does not)"
     if os.geteuid() != 0:
         return "making a network namespace and shaping its link needs root"
     if shutil.which("ip") is None or shutil.which("tc") is None:
