@@ -49,7 +49,7 @@ addresses() {  # block -> "local remote"
 }
 
 down() {
-  if ip netns list | grep -qw "^$netns"; then
+  if ip netns list | grep -qE "^$netns( |$)"; then
     local pids
     pids=$(ip netns pids "$netns" || true)
     if [ -n "$pids" ]; then
@@ -75,7 +75,8 @@ down() {
     fi
     rm -f "$pid_file"
   fi
-  if ip netns list | grep -qw "^$netns"; then ip netns delete "$netns"; fi
+  rm -f "$run_dir/$name.log"
+  if ip netns list | grep -qE "^$netns( |$)"; then ip netns delete "$netns"; fi
   for dev in "$host_if" "$ns_if"; do
     if ip link show "$dev" >/dev/null 2>&1; then ip link delete "$dev"; fi
   done
@@ -97,7 +98,7 @@ case $action in
     [ "$(id -u)" = 0 ] || die "needs root (ip netns, tc)"
     if [ -z "$block" ]; then block=$(($(printf '%s' "$name" | cksum | cut -d' ' -f1) % 16384)); fi
     read -r local_addr remote_addr <<<"$(addresses "$block")"
-    ip netns list | grep -qw "^$netns" && die "$netns exists already (pool-link.sh down $name)"
+    ip netns list | grep -qE "^$netns( |$)" && die "$netns exists already (pool-link.sh down $name)"
     if ip -o addr show | grep -qw "inet $local_addr"; then die "$local_addr is in use here: pick another --block"; fi
     # A burst of ~4 ms at the rate, and at least two packets.
     [[ $rate =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || die "--rate is N[bit|kbit|mbit|gbit] or N (Mbit/s), got '$rate'"
@@ -129,7 +130,7 @@ case $action in
     down
     ;;
   status)
-    ip netns list | grep -qw "^$netns" || { echo "$netns: absent"; exit 3; }
+    ip netns list | grep -qE "^$netns( |$)" || { echo "$netns: absent"; exit 3; }
     echo "== $host_if (this side)"
     ip -o addr show dev "$host_if"
     tc qdisc show dev "$host_if"
