@@ -13,6 +13,7 @@ Needs root, iproute2 and /dev/net/tun: skipped, saying why, without them, unless
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -104,33 +106,34 @@ store.close()
 """
 
 
-@pytest.fixture
-def pool_across_a_link(tmp_path: Path, free_ports: Callable[[], int]) -> Iterator[FarPool]:
+@contextlib.contextmanager
+def pool_across_a_link(state_dir: Path, free_ports: Callable[[], int], rate_mbit: float) -> Iterator[FarPool]:
+    """A link of `rate_mbit` (1 ms each way) with a Mooncake master and storage node on its far side."""
     needs_mooncake()
     name = _name("m")
-    with PoolLink(name, rate_mbit=100, delay_ms=1) as link:
-        with far_pool(link, tmp_path, pool_bytes=256 << 20, ports=(free_ports(), free_ports(), free_ports())) as pool:
+    with PoolLink(name, rate_mbit=rate_mbit, delay_ms=1) as link:
+        with far_pool(link, state_dir, pool_bytes=256 << 20, ports=(free_ports(), free_ports(), free_ports())) as pool:
             yield pool
         assert pool.master.poll() is not None
         assert pool.node.process.poll() is not None
     assert_gone(name)
 
 
-def test_mooncake_reads_cross_the_link(pool_across_a_link: FarPool) -> None:
-    pool = pool_across_a_link
+def test_mooncake_reads_cross_the_link(tmp_path: Path, free_ports: Callable[[], int]) -> None:
     nbytes = 8 << 20
-    done = subprocess.run(
-        [sys.executable, "-c", _PUT_GET, pool.link.local, pool.master.config.metadata_server,
-         pool.master.config.master_address, str(nbytes)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["put"] == 0
-    assert result["same"]
-    assert pool.master.keys() == ["across"]
-    # The only segment is the storage node's, on the far side: its bytes crossed the link both ways.
-    assert [segment.split(":")[0] for segment in pool.master.segments()] == [pool.link.remote]
+    with pool_across_a_link(tmp_path, free_ports, rate_mbit=100) as pool:
+        done = subprocess.run(
+            [sys.executable, "-c", _PUT_GET, pool.link.local, pool.master.config.metadata_server,
+             pool.master.config.master_address, str(nbytes)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["put"] == 0
+        assert result["same"]
+        assert pool.master.keys() == ["across"]
+        # The only segment is the storage node's, on the far side: its bytes crossed the link both ways.
+        assert [segment.split(":")[0] for segment in pool.master.segments()] == [pool.link.remote]
     wire_s = nbytes * 8 / (pool.link.rate_mbit * 1e6)
     print(f"8 MiB over {pool.link.rate_mbit} Mbit/s: put {result['put_s']:.3f} s, get {result['get_s']:.3f} s")
     assert wire_s * 0.95 <= result["get_s"] <= wire_s * 1.5 + 0.5
@@ -143,9 +146,33 @@ def _rx_bytes(device: str) -> int:
 
 @pytest.mark.engine
 def test_a_worker_reads_a_context_back_across_the_link(
-    pool_across_a_link: FarPool, worker_state_dir: Path, free_ports: Callable[[], int]
+    tmp_path: Path, worker_state_dir: Path, free_ports: Callable[[], int]
 ) -> None:
-    pool = pool_across_a_link
+    # Slow enough that the read's time on the wire (~0.7 s) stands well above this shared machine's noise.
+    with pool_across_a_link(tmp_path, free_ports, rate_mbit=25) as pool:
+        from_pool, from_pool_s, from_device_s, received = _read_back(pool, worker_state_dir, free_ports)
+    details = from_pool["sglext"]["cached_tokens_details"]
+    assert details["storage_backend"] == "GuardedMooncakeStore"
+    pages = from_pool["usage"]["prompt_tokens"] // PAGE
+    assert details["storage"] == pages * PAGE
+    assert from_pool["usage"]["prompt_tokens_details"]["cached_tokens"] >= pages * PAGE
+    kv_bytes = pages * PAGE * kv_bytes_per_token("tiny")
+    wire_s = kv_bytes * 8 / (pool.link.rate_mbit * 1e6)
+    print(
+        f"{pages * PAGE} tokens ({kv_bytes} bytes of KV) from the pool: {from_pool_s:.3f} s "
+        f"({received} bytes in over the link; {wire_s:.3f} s at {pool.link.rate_mbit} Mbit/s); "
+        f"the same from the device: {from_device_s:.3f} s"
+    )
+    assert received >= kv_bytes
+    assert from_pool_s >= wire_s
+    assert from_pool_s - from_device_s >= 0.75 * wire_s
+
+
+def _read_back(
+    pool: FarPool, worker_state_dir: Path, free_ports: Callable[[], int]
+) -> tuple[dict[str, Any], float, float, int]:
+    """A context written through to the pool, read back after `/flush_cache`, then from the device (the best of
+    two): the answer read from the pool, its time, the device's time, and the bytes that came in over the link."""
     config = pool.pool_of(
         WorkerConfig(
             state_dir=worker_state_dir,
@@ -168,30 +195,19 @@ def test_a_worker_reads_a_context_back_across_the_link(
 
             host_if = f"sg-{pool.link.name}-h"
             received = _rx_bytes(host_if)
-            started = time.perf_counter()
-            from_pool = chat(client, messages)
-            from_pool_s = time.perf_counter() - started
+            from_pool, from_pool_s = _timed(client, messages)
             received = _rx_bytes(host_if) - received
-            started = time.perf_counter()
-            from_device = chat(client, messages)
-            from_device_s = time.perf_counter() - started
+            on_device = [_timed(client, messages) for _ in range(2)]
     finally:
         worker.stop()
+    assert [answer["sglext"]["cached_tokens_details"]["storage"] for answer, _ in on_device] == [0, 0]
+    return from_pool, from_pool_s, min(seconds for _, seconds in on_device), received
 
-    details = from_pool["sglext"]["cached_tokens_details"]
-    assert details["storage_backend"] == "GuardedMooncakeStore"
-    assert details["storage"] == pages * PAGE
-    assert from_pool["usage"]["prompt_tokens_details"]["cached_tokens"] >= pages * PAGE
-    assert from_device["sglext"]["cached_tokens_details"]["storage"] == 0
-    kv_bytes = pages * PAGE * kv_bytes_per_token("tiny")
-    wire_s = kv_bytes * 8 / (pool.link.rate_mbit * 1e6)
-    print(
-        f"{pages * PAGE} tokens ({kv_bytes} bytes of KV) from the pool: {from_pool_s:.3f} s "
-        f"({received} bytes in over the link; {wire_s:.3f} s at {pool.link.rate_mbit} Mbit/s); "
-        f"the same from the device: {from_device_s:.3f} s"
-    )
-    assert received >= kv_bytes
-    assert from_pool_s - from_device_s >= 0.9 * wire_s
+
+def _timed(client: httpx.Client, messages: list[dict[str, Any]]) -> tuple[dict[str, Any], float]:
+    started = time.perf_counter()
+    answer = chat(client, messages)
+    return answer, time.perf_counter() - started
 
 
 def _wait_keys(pool: FarPool, count: int, timeout: float = 60.0) -> None:
