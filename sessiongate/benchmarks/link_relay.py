@@ -43,7 +43,8 @@ def relay(left: int, right: int, delay_s: float, loss: float) -> None:
     """Forward packets between the two fds, each `delay_s` late, dropping a `loss` fraction; until SIGTERM."""
     held: dict[int, collections.deque[tuple[float, bytes]]] = {left: collections.deque(), right: collections.deque()}
     peer = {left: right, right: left}
-    selector = selectors.DefaultSelector()
+    # select(2), not epoll: epoll's timeout is whole milliseconds, which would add up to 1 ms to a sub-ms delay.
+    selector = selectors.SelectSelector()
     selector.register(left, selectors.EVENT_READ)
     selector.register(right, selectors.EVENT_READ)
     stopping = False
