@@ -9,7 +9,7 @@ network namespace behind `scripts/pool-link.sh`, a link with a set rate and dela
 
 - `PoolLink(name, rate_mbit, delay_ms)`: a context manager; `local` / `remote` addresses, `netns`, `command(argv)`
   (the argv that runs in the namespace), `popen(argv)`, `run(argv)`.
-- `link_unavailable()`: why a link cannot be made here (not root, no `ip netns`, no TUN), or None.
+- `link_unavailable()`: why a link cannot be made here (not root, no `ip netns`, no TUN, no script), or None.
 - `far_pool(link, state_dir)`: a Mooncake master and one storage node lending the pool's memory, both in the
   namespace; `FarPool.pool_of(worker)` points a worker at it, lending nothing itself, so that every page it reads
   from the pool crosses the link.
@@ -112,6 +112,8 @@ def link_unavailable() -> str | None:
         return "making a network namespace and shaping its link needs root"
     if shutil.which("ip") is None or shutil.which("tc") is None:
         return "iproute2's `ip` and `tc` are not installed"
+    if shutil.which("python3") is None:
+        return "no `python3` on the PATH (it runs the link's relay, sessiongate/benchmarks/link_relay.py)"
     if not os.path.exists("/dev/net/tun"):
         return "no /dev/net/tun (the link's devices are TUN devices)"
     probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
