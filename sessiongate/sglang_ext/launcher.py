@@ -209,8 +209,10 @@ def _storage_extra_config(config: WorkerConfig) -> dict[str, object]:
             global_segment_size=config.mooncake_segment_bytes,
             protocol=config.mooncake_protocol,
         )
-        if config.host not in _WILDCARD_HOSTS:
-            # The address the other workers' transfer engines reach this one's segment at.
+        # The address the other workers' transfer engines reach this one's segment at.
+        if config.mooncake_local_hostname is not None:
+            extra["local_hostname"] = config.mooncake_local_hostname
+        elif config.host not in _WILDCARD_HOSTS:
             extra["local_hostname"] = config.host
     if config.prefetch_threshold is not None:
         extra["prefetch_threshold"] = config.prefetch_threshold

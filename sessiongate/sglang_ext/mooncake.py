@@ -8,8 +8,10 @@ service, and an HTTP admin port (`/health`, `/metrics`, `/get_all_keys`).
 
 - `MasterConfig`: ports, bind address and log file; `pool_of(worker_config)` points a worker at it.
 - `start_master(config)`: starts `mooncake_master` in its own process group and returns a
-  `MooncakeMaster` (`wait_ready()`, `keys()`, `stop()`, a context manager).
+  `MooncakeMaster` (`wait_ready()`, `keys()`, `segments()`, `stop()`, a context manager).
 - `mooncake_unavailable()`: why the Mooncake client cannot be used here, or None.
+- A pool whose memory no worker lends (workers with `mooncake_segment_bytes=0`) lives in storage nodes:
+  `sglang_ext.mooncake_node`.
 
 Like the worker launcher, this imports nothing of Mooncake itself: the master runs under the
 worker interpreter (`MasterConfig.python`), which has the package.
@@ -62,6 +64,9 @@ class MasterConfig:
     """The interpreter whose `mooncake` package holds the binary; None: this one."""
     extra_args: tuple[str, ...] = ()
     """More `mooncake_master` flags, e.g. `--default_kv_lease_ttl=30s`."""
+    launch_prefix: tuple[str, ...] = ()
+    """What runs the master's command, e.g. `ip netns exec sg-NAME` for a master behind an emulated link
+    (`benchmarks.pool_link`); it must exec the command, so that the process started is the master."""
 
     @property
     def master_address(self) -> str:
@@ -87,6 +92,7 @@ class MasterConfig:
 def build_master_command(config: MasterConfig) -> list[str]:
     # `mooncake.cli` execs the binary shipped inside the wheel, so the process we start is the master.
     return [
+        *config.launch_prefix,
         config.python or sys.executable,
         "-m",
         "mooncake.cli",
@@ -144,6 +150,10 @@ class MooncakeMaster:
     def keys(self) -> list[str]:
         """Every key the master knows (its admin `/get_all_keys`, one per line)."""
         return [line for line in self._get("/get_all_keys").decode().splitlines() if line]
+
+    def segments(self) -> list[str]:
+        """The segments mounted in the pool, `host:port` each (its admin `/get_all_segments`)."""
+        return [line for line in self._get("/get_all_segments").decode().splitlines() if line]
 
     def _failure(self, what: str) -> MasterStartError:
         return MasterStartError(f"{what}; the end of {self.config.log_file}:\n{log_tail(self.config.log_file)}")

@@ -123,7 +123,12 @@ class WorkerConfig(BaseSettings):
     """The transfer engine's metadata service: the master's own HTTP one, or `P2PHANDSHAKE`."""
     mooncake_segment_bytes: int = 512 << 20
     """Memory this worker lends to the Mooncake pool; pages it writes live there, so the pool holds
-    at most the sum over the workers, and a stopped worker takes its share with it."""
+    at most the sum over the workers, and a stopped worker takes its share with it. 0: none, a client only
+    (the pool lives in storage nodes, `sglang_ext.mooncake_node`, and every page crosses the network)."""
+    mooncake_local_hostname: str | None = None
+    """The address this worker's Mooncake client registers and is reached at; None: `host` (unless it is a
+    wildcard, then SGLang's default). A pool across a network (`benchmarks.pool_link`) needs the address of the
+    interface that faces it."""
     mooncake_protocol: str = "tcp"
     """The transfer engine's protocol: `tcp` anywhere, `rdma` with an RDMA NIC."""
     prefetch_policy: PrefetchPolicy = "wait_complete"

@@ -220,6 +220,17 @@ def test_a_mooncake_pool_reaches_sglangs_mooncake_backend(tmp_path: Path) -> Non
     }
     everywhere = build_command(WorkerConfig(state_dir=tmp_path, storage_backend="mooncake", host="0.0.0.0"))
     assert "local_hostname" not in json.loads(flag_value(everywhere, "--hicache-storage-backend-extra-config"))
+    # A worker that lends the pool nothing, reaching it over the interface that faces it (benchmarks.pool_link).
+    client = build_command(
+        WorkerConfig(
+            state_dir=tmp_path,
+            storage_backend="mooncake",
+            mooncake_segment_bytes=0,
+            mooncake_local_hostname="198.18.0.1",
+        )
+    )
+    client_extra = json.loads(flag_value(client, "--hicache-storage-backend-extra-config"))
+    assert (client_extra["global_segment_size"], client_extra["local_hostname"]) == (0, "198.18.0.1")
 
 
 def test_the_checked_file_pool_is_sglangs_dynamic_backend_on_the_pool_directory(tmp_path: Path) -> None:

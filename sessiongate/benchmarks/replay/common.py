@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from sessiongate.benchmarks.metrics import RunSummary, TurnRecord
+from sessiongate.benchmarks.pool_link import link_spec
 from sessiongate.benchmarks.report import write_report
 from sessiongate.benchmarks.sim.agent_long import long_agent_sessions
 from sessiongate.benchmarks.sim.calibration import PROFILES_DIR, cpu_profile
@@ -108,12 +109,26 @@ def cpu_profile_path(args: argparse.Namespace) -> Path | None:
 
 def cluster_config(args: argparse.Namespace) -> ClusterConfig:
     profile = cpu_profile_path(args)
+    cost = cpu_profile(profile).cost_model() if profile is not None else None
+    link = None
+    if getattr(args, "pool_link", None) is not None:
+        try:
+            link = link_spec(args.pool_link, args.model_size, args.pool_link_delay_ms)
+        except ValueError as exc:
+            raise SystemExit(f"--pool-link: {exc}") from exc
+        if cost is not None:
+            # The profile measured a pool on this machine; behind the link a page comes no faster than the link.
+            link_bytes_per_s = link.rate_mbit * 1e6 / 8
+            cost = dataclasses.replace(
+                cost, pool_to_device_bytes_per_s=min(cost.pool_to_device_bytes_per_s, link_bytes_per_s)
+            )
     return ClusterConfig(
         state_dir=args.state_dir.resolve(),
         model_size=args.model_size,
         workers=args.workers,
         max_total_tokens=args.max_total_tokens,
-        cost=cpu_profile(profile).cost_model() if profile is not None else None,
+        cost=cost,
+        pool_link=link,
     )
 
 
@@ -234,6 +249,16 @@ def run_notes(args: argparse.Namespace) -> list[str]:
         f"Workers ({cores_per_worker(args.workers)} CPU thread(s) each) restarted and warmed up for every system, then "
         "flushed (cold device, host and pool); loads run in increasing order on the same workers, each with its own "
         "sessions.",
+        *(
+            [
+                f"The shared pool: a Mooncake Store (master and storage node) in a network namespace behind an "
+                f"emulated link of {link_spec(args.pool_link, args.model_size).rate_mbit:g} Mbit/s and "
+                f"{args.pool_link_delay_ms:g} ms each way (scripts/pool-link.sh), the workers lending it no memory: "
+                "every pool read crosses the link (docs/benchmarks.md, an emulated pool link)."
+            ]
+            if getattr(args, "pool_link", None) is not None
+            else []
+        ),
         "Bytes moved are estimates (tokens found in host or pool x KV bytes per token), not measurements.",
         f"kv_aware's cost model: {f'from {profile.name}, as the simulator' if profile else 'the gateway defaults'}.",
         f"Command: sessiongate bench replay {' '.join(args.argv)}",

@@ -27,10 +27,12 @@ import anyio
 import httpx
 
 from sessiongate.benchmarks.metrics import RunSummary, summarize, summary_from_dict, write_records
+from sessiongate.benchmarks.pool_link import link_unavailable
 from sessiongate.benchmarks.report import write_report
 from sessiongate.benchmarks.workloads import SessionTrace, TracesMissingError
 from sessiongate.gateway.routing import CostModel
 from sessiongate.sglang_ext.models import MODEL_NAMES
+from sessiongate.sglang_ext.mooncake import mooncake_unavailable
 
 from .common import (
     LABEL,
@@ -125,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
         "default sessiongate/benchmarks/sim/profiles/cpu_<model-size>.json when it exists; 'none': the gateway's "
         "defaults",
     )
+    p.add_argument(
+        "--pool-link",
+        default=None,
+        metavar="MBIT|auto",
+        help="put the shared pool behind an emulated network link of this rate (a Mooncake Store in a network "
+        "namespace; root): Mbit/s, or 'auto' for the rate at which a pool read costs the share of a prefill it "
+        "costs an H100 (sessiongate/benchmarks/pool_link.py); default: a pool directory on this machine",
+    )
+    p.add_argument("--pool-link-delay-ms", type=float, default=0.5, help="with --pool-link: the delay each way")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rerender", action="store_true", help="only rewrite the report from <out>/summaries.json")
     p.add_argument("--note", action="append", default=[], help="with --rerender: a note to add to the report")
@@ -260,7 +271,11 @@ def dry_run(args: argparse.Namespace, systems: list[str], loads: list[int], out:
     on a missing trace or profile fails here instead."""
     if args.cpu_profile is not None and args.cpu_profile.lower() != "none" and not Path(args.cpu_profile).is_file():
         raise SystemExit(f"--cpu-profile {args.cpu_profile}: no such file")
-    cluster_config(args)  # parses the CPU profile into kv_aware's cost model
+    cluster = cluster_config(args)  # parses the CPU profile into kv_aware's cost model, and --pool-link
+    if cluster.pool_link is not None:
+        why = link_unavailable() or mooncake_unavailable()
+        if why is not None:
+            raise SystemExit(f"--pool-link: {why}")
     for load in loads:
         try:
             sessions = load_sessions(args, args.sessions_per_slot * load, seed=args.seed * 1000 + load)

@@ -22,7 +22,8 @@ the model's tool calls would otherwise start it in every sessiongate front. smg 
 prompt's prefix (cache_aware's radix tree): they need no session header, and the workers' `sglext` chunk (tokens
 found per tier) comes through smg unchanged.
 
-`running_stack` starts fresh workers (a new pool directory each time) so every system starts with cold caches,
+`running_stack` starts fresh workers (a new pool directory each time; with `ClusterConfig.pool_link`, a new
+Mooncake Store behind an emulated link instead) so every system starts with cold caches,
 then the gateway (`sessiongate serve`) or the router as its own process, warms them up (`warm_up`), and stops them
 all on exit. Workers that share the machine share its cores (`cores_per_worker`). The gateway's kv_aware runs
 with `ClusterConfig.cost`, the cost model an operator would configure for these workers (the simulator's, from
@@ -34,6 +35,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -43,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from sessiongate.benchmarks.pool_link import FarPool, LinkSpec, PoolLink, far_pool
 from sessiongate.benchmarks.processes import (
     GatewayServer,
     ManagedProcess,
@@ -119,6 +122,9 @@ class ClusterConfig:
     worker_start_timeout_s: float = 600.0
     # kv_aware's cost model; None: the gateway's defaults (GPU-sized rates) with the model's KV bytes per token.
     cost: CostModel | None = None
+    # The shared pool behind an emulated network link (`benchmarks.pool_link`: a Mooncake Store in a network
+    # namespace, the workers lending it nothing); None: the pool is a directory on this machine.
+    pool_link: LinkSpec | None = None
 
 
 def kv_bytes_per_token(model_size: str) -> int:
@@ -159,7 +165,9 @@ def prefetch_bytes(exposition: str) -> int:
     return 0
 
 
-def start_workers(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> list[WorkerProcess]:
+def start_workers(
+    spec: SystemSpec, cluster: ClusterConfig, run_dir: Path, far: FarPool | None = None
+) -> list[WorkerProcess]:
     pool_dir = run_dir / f"pool-{spec.name.replace('+', '-')}-{time.monotonic_ns()}"
     started: list[WorkerProcess] = []
     try:
@@ -180,6 +188,8 @@ def start_workers(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> li
                 pool_dir=pool_dir,
                 log_file=run_dir / "logs" / f"{spec.name}-worker-{port}.log",
             )
+            if far is not None and spec.shared_pool:
+                config = far.pool_of(config)
             started.append(start_worker(config))
         wait_all_ready(started, cluster.worker_start_timeout_s)  # fails as soon as any one worker fails
     except BaseException:
@@ -194,8 +204,14 @@ def running_stack(spec: SystemSpec, cluster: ClusterConfig, run_dir: Path) -> It
     """Fresh workers (cold caches, an empty pool) and the system's front, stopped on exit."""
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    workers = start_workers(spec, cluster, run_dir)
     with contextlib.ExitStack() as stop:
+        far = None
+        if cluster.pool_link is not None and spec.shared_pool:
+            link_spec = cluster.pool_link
+            link = stop.enter_context(PoolLink(f"rp{os.getpid() % 10**7}", link_spec.rate_mbit, link_spec.delay_ms))
+            ports = (free_port(), free_port(), free_port())
+            far = stop.enter_context(far_pool(link, log_dir, pool_bytes=link_spec.pool_bytes, ports=ports))
+        workers = start_workers(spec, cluster, run_dir, far)
         for worker in workers:
             stop.callback(worker.stop)
         front = start_front(spec, cluster, [w.url for w in workers], run_dir)
