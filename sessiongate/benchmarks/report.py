@@ -108,6 +108,12 @@ def _slo_section(ordered: Sequence[RunSummary], bound_s: float) -> list[str]:
 ORACLE = "kv_aware+oracle"
 NO_HINTS = "kv_aware"
 HINTED = ("kv_aware+advisories", "kv_aware+toolkv", ORACLE)
+_ORACLE_METRICS: tuple[Callable[[RunSummary], float], ...] = (
+    lambda r: r.ttft.mean,
+    lambda r: r.ttft.p99,
+    lambda r: r.later_ttft.mean,
+    lambda r: r.later_ttft.p99,
+)
 
 
 def _oracle_section(ordered: Sequence[RunSummary]) -> list[str]:
@@ -125,12 +131,7 @@ def _oracle_section(ordered: Sequence[RunSummary]) -> list[str]:
         for system in (name for name in HINTED if name in runs):
             run = runs[system]
             cells = []
-            for metric in (
-                lambda r: r.ttft.mean,
-                lambda r: r.ttft.p99,
-                lambda r: r.later_ttft.mean,
-                lambda r: r.later_ttft.p99,
-            ):
+            for metric in _ORACLE_METRICS:
                 mine, theirs, best = metric(run), metric(base), metric(oracle)
                 gain = theirs / mine if mine > 0 else math.nan
                 share = (theirs - mine) / (theirs - best) if theirs > best else math.nan
