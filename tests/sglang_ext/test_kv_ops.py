@@ -234,7 +234,7 @@ def test_extension_orders_evictions(workers: tuple[Worker, Worker]) -> None:
     assert type(consumer.cache.tree_core).__name__ == "UnifiedTreeCore"
 
 
-def test_low_priority_then_unused_prefetch_leave_the_device_first(workers: tuple[Worker, Worker]) -> None:
+def test_low_priority_then_unhinted_kv_leave_the_device_before_a_live_hint(workers: tuple[Worker, Worker]) -> None:
     consumer, producer = workers
     session = context(4)
     consumer.insert(session, priority=1)  # the oldest: plain LRU would take it first
@@ -250,9 +250,9 @@ def test_low_priority_then_unused_prefetch_leave_the_device_first(workers: tuple
     assert consumer.tiers(session)[0] == 4 * PAGE
 
     consumer.evict(4 * PAGE)
-    assert consumer.tiers(hinted)[0] == 0  # same priority as the session, never used: next
-    assert consumer.tiers(session)[0] == 4 * PAGE
-    assert consumer.tiers(hinted)[1] == 4 * PAGE  # still in host memory: nothing lost, only demoted
+    assert consumer.tiers(session)[0] == 0  # same priority, but no live hint expects it: next
+    assert consumer.tiers(hinted)[0] == 4 * PAGE  # the live hint's pages go last
+    assert consumer.tiers(session)[1] == 4 * PAGE  # still in host memory: nothing lost, only demoted
 
 
 def test_a_used_prefetch_ranks_as_a_session(workers: tuple[Worker, Worker]) -> None:

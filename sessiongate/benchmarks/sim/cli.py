@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         help="default 16; with --validate, default the number of workers named in the records (a router that"
         " reports none, like sglang-router, needs it given)",
     )
-    parser.add_argument("--trace", choices=("mooncake", "sharegpt", "agent"), default="mooncake")
+    parser.add_argument("--trace", choices=("mooncake", "sharegpt", "agent", "agent-long"), default="mooncake")
     parser.add_argument("--system", nargs="+", choices=sorted(SYSTEMS), default=list(SYSTEMS))
     parser.add_argument(
         "--loads",
@@ -71,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="cut sessions past this many tokens (default: the model's context window)",
     )
+    parser.add_argument(
+        "--min-context",
+        type=int,
+        default=32_768,
+        help="agent-long: each session's context is stretched towards a length drawn in [this, --max-context]",
+    )
     parser.add_argument("--device-kv-tokens", type=int, default=None, help="override the calibration's device KV")
     parser.add_argument("--host-kv-tokens", type=int, default=None)
     parser.add_argument(
@@ -88,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default=None)
     parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), default=None, help="a named experiment")
     parser.add_argument(
-        "--tool-scale", type=float, nargs="+", default=[1.0], help="toolkv: multiply the trace's tool times"
+        "--tool-scale", type=float, nargs="+", default=[1.0], help="toolkv, agent-long: multiply the trace's tool times"
     )
     parser.add_argument(
         "--result-gap",
@@ -167,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         "token_scale": args.token_scale,
         "max_context_tokens": args.max_context or cal.max_context_tokens,
     }
+    if args.trace == "agent-long":
+        options |= {"tool_scale": args.tool_scale[0], "min_context_tokens": args.min_context}
     loads = args.loads or ([1.0] if args.trace == "mooncake" else [256.0])
     if args.sweep is not None:
         out = args.out or Path("sim-sweep")

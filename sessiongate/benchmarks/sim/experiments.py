@@ -35,6 +35,7 @@ from sessiongate.benchmarks.workloads import (
     sharegpt_sessions,
 )
 
+from .agent_long import long_agent_sessions
 from .calibration import Calibration
 from .cluster import SYSTEMS, SimResult, simulate
 from .toolkv_experiment import toolkv_experiment
@@ -82,9 +83,13 @@ def workload(
     duration_s: float | None = None,
     token_scale: float = 1.0,
     max_context_tokens: int | None = None,
+    tool_scale: float = 1.0,
+    min_context_tokens: int = 32_768,
 ) -> Workload:
-    """Mooncake: the trace at `load` times its recorded rate. ShareGPT / agent: `load` closed-loop users, each
-    running `sessions_per_user` sessions one after another (an exponential think time between them)."""
+    """Mooncake: the trace at `load` times its recorded rate. ShareGPT / agent / agent-long: `load` closed-loop
+    users, each running `sessions_per_user` sessions one after another (an exponential think time between them).
+    agent-long: the SWE-agent rounds stretched to contexts in [`min_context_tokens`, `max_context_tokens`] (default
+    128k), tool times x `tool_scale` (`agent_long.long_agent_sessions`)."""
     if trace == "mooncake":
         recorded = mooncake_sessions(
             duration_s=duration_s, time_scale=1.0 / load, max_context_tokens=max_context_tokens
@@ -98,6 +103,14 @@ def workload(
         )
     elif trace == "agent":
         pool = agent_sessions(count=count, seed=seed, max_context_tokens=max_context_tokens)
+    elif trace == "agent-long":
+        pool = long_agent_sessions(
+            count=count,
+            seed=seed,
+            min_context=min_context_tokens,
+            max_context=max_context_tokens or 131_072,
+            tool_scale=tool_scale,
+        )
     else:
         raise ValueError(f"unknown trace {trace!r}")
     rng = random.Random(seed)
