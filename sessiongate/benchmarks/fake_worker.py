@@ -75,6 +75,8 @@ class FakeWorkerBehaviour:
     decode_tokens_per_s: float = 500.0
     prefetch_delay_s: float = 0.0
     prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What the load report says was evicted for prefetches, by rank (the fake's prefetches never evict).
+    prefetch_evicted_tokens: dict[str, int] = field(default_factory=dict)
     kv_ops: list[tuple[str, str]] = field(default_factory=list)
     kv_requests: list[SessionKVRequest] = field(default_factory=list)  # the bodies of `kv_ops`, in order
     # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
@@ -273,6 +275,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             device_kv_tokens_total=1_000_000,
             device_kv_tokens_used=min(used, 1_000_000),
             prefetches_in_flight=sum(1 for p in b.prefetches.values() if p["state"] in ("queued", "running")),
+            prefetch_evicted_tokens=dict(b.prefetch_evicted_tokens),
             prefill_tokens_per_s=b.prefill_tokens_per_s,
             decode_tokens_per_s=b.decode_tokens_per_s,
             page_size=b.page_size,

@@ -65,3 +65,27 @@ async def test_advisory_metrics(make_gateway: Any) -> None:
         brought = sum(p.get("available", 0) for w in gw.workers.values() for p in w.prefetches.values())
         assert brought > 0
         assert after[("sessiongate_prefetch_bytes_total", ())] == brought * 1024
+
+
+async def test_the_workers_prefetch_evictions_by_rank(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        worker_id, worker = next(iter(gw.workers.items()))
+        worker.prefetch_evicted_tokens = {"unhinted": 640, "expired_hint": 128}
+
+        async def reported() -> bool:
+            samples = await _samples(gw)
+            return any(name == "sessiongate_worker_prefetch_evicted_tokens" for name, _ in samples)
+
+        await eventually(reported)
+        after = await _samples(gw)
+        evicted = {
+            dict(labels)["rank"]: value
+            for (name, labels), value in after.items()
+            if name == "sessiongate_worker_prefetch_evicted_tokens"
+        }
+        assert evicted == {"unhinted": 640, "expired_hint": 128}
+        assert all(
+            worker_id in dict(labels)["worker"]
+            for (name, labels), _ in after.items()
+            if name == "sessiongate_worker_prefetch_evicted_tokens"
+        )
