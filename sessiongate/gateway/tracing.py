@@ -175,15 +175,14 @@ class OtelTracing(Tracing):
             "sessiongate.session_id": session_id,
             "sessiongate.worker": worker_id,
         }
-        with self.tracer.start_as_current_span(
-            "sessiongate.prefetch", context=_root(), attributes=attributes, record_exception=False
-        ) as span:
-            trace = _OtelPrefetch(span)
-            try:
-                yield trace
-            except BaseException as exc:
-                span.set_status(StatusCode.ERROR, type(exc).__name__)
-                raise
+        span = self.tracer.start_span("sessiongate.prefetch", context=_root(), attributes=attributes)
+        try:
+            yield _OtelPrefetch(span)
+        except BaseException as exc:
+            span.set_status(StatusCode.ERROR, type(exc).__name__)
+            raise
+        finally:
+            span.end()
 
     def shutdown(self) -> None:
         self.provider.shutdown()
@@ -214,8 +213,15 @@ class _OtelTurn(TurnTrace):
 
     @contextlib.contextmanager
     def _child(self, name: str) -> Iterator[object]:
-        with self.tracing.tracer.start_as_current_span(name, context=self.context) as span:
+        # Not made the current span (no contextvar to set and reset): the turn's spans are parented explicitly.
+        span = self.tracing.tracer.start_span(name, context=self.context)
+        try:
             yield span
+        except BaseException as exc:
+            _fail(span, exc)
+            raise
+        finally:
+            span.end()
 
     def span(self, name: str) -> contextlib.AbstractContextManager[object]:
         return self._child(name)
