@@ -275,3 +275,28 @@ async def test_tracing_off_exports_nothing_and_sends_no_traceparent(
     assert receiver.requests == 0
     assert logs
     assert all("trace_id" not in e for e in logs)
+
+
+async def test_a_failed_turn_is_traced_with_each_attempt_and_its_error(
+    tmp_path: Path, clean_otel_env: pytest.MonkeyPatch
+) -> None:
+    with otlp_receiver() as receiver:
+        clean_otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+        async with stack(tmp_path) as s, httpx.AsyncClient(base_url=s.gateway_url, timeout=30) as client:
+            for behaviour in s.behaviours:
+                behaviour.fail_status = 500
+            answer = await client.post(
+                "/v1/chat/completions", headers={"X-Session-Id": "failing"}, json={"messages": [USER]}
+            )
+            assert answer.status_code == 500  # the worker's own status, passed on
+    (turn,) = [sp for sp in receiver.spans if sp.name == "sessiongate.turn"]
+    assert _attributes(turn)["sessiongate.turn.status"] == "failed"
+    assert turn.status.code == turn.status.STATUS_CODE_ERROR
+    attempts = [sp for sp in receiver.spans if sp.name == "sessiongate.upstream"]
+    assert len(attempts) == 2  # the router's first choice, then the other worker
+    assert {_attributes(sp)["sessiongate.worker"] for sp in attempts} == set(s.worker_ids)
+    for attempt in attempts:
+        assert attempt.parent_span_id == turn.span_id
+        assert attempt.status.code == attempt.status.STATUS_CODE_ERROR
+        assert _attributes(attempt)["error.type"] == "WorkerRejected"
+    assert "sessiongate.store.end_turn" in {sp.name for sp in receiver.spans if sp.parent_span_id == turn.span_id}
