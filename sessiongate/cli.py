@@ -115,6 +115,12 @@ def _positive(raw: str) -> float:
     return value
 
 
+def _count(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise argparse.ArgumentTypeError("a whole number from 1 to 100")
+    return int(raw)
+
+
 def _db_upgrade(args: argparse.Namespace) -> int:
     from sessiongate.gateway.settings import GatewaySettings
     from sessiongate.sessions import upgrade_sync
@@ -290,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--interval", type=_positive, default=2.0, help="seconds between redraws (default 2)")
     status.add_argument("--once", action="store_true", help="print the status once and exit")
-    status.add_argument("--sessions", type=int, default=10, help="how many live sessions to show (default 10)")
+    status.add_argument(
+        "--sessions", type=_count, default=10, help="how many live sessions to show (default 10, at most 100)"
+    )
     status.set_defaults(handler=_status)
 
     db = commands.add_parser("db", help="session store administration")
