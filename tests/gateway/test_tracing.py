@@ -300,3 +300,28 @@ async def test_a_failed_turn_is_traced_with_each_attempt_and_its_error(
         assert attempt.status.code == attempt.status.STATUS_CODE_ERROR
         assert _attributes(attempt)["error.type"] == "WorkerRejected"
     assert "sessiongate.store.end_turn" in {sp.name for sp in receiver.spans if sp.parent_span_id == turn.span_id}
+
+
+@pytest.mark.parametrize(
+    ("environ", "on"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1/v1/traces"}, True),
+        ({"OTEL_TRACES_EXPORTER": "otlp"}, True),  # the SDK's default endpoint, localhost:4318
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, False),
+        ({"OTEL_TRACES_EXPORTER": "console"}, False),  # not supported: said in the log, left off
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, False),
+    ],
+)
+def test_only_the_standard_variables_naming_otlp_turn_tracing_on(
+    environ: dict[str, str], on: bool, clean_otel_env: pytest.MonkeyPatch
+) -> None:
+    from sessiongate.gateway.tracing import NO_TRACING, tracing_from_environ
+
+    tracing = tracing_from_environ(environ)
+    try:
+        assert tracing.enabled is on
+        assert (tracing is NO_TRACING) is not on
+    finally:
+        tracing.shutdown()
