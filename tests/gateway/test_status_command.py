@@ -155,8 +155,8 @@ async def _until(tmux: list[str], check: str, predicate: object, timeout_s: floa
 
 async def test_status_redraws_in_a_real_terminal(tmp_path: Path) -> None:
     binary = _tmux()
-    # A tmux server of this test's own (its own socket), so no one's sessions are touched.
-    tmux = [binary, "-L", f"sessiongate-status-{os.getpid()}", "-f", "/dev/null"]
+    # A tmux server of this test's own (its socket in the test's directory), so no one's sessions are touched.
+    tmux = [binary, "-S", str(tmp_path / "tmux.sock"), "-f", "/dev/null"]
     async with stack(tmp_path) as s, httpx.AsyncClient(base_url=s.url, timeout=30) as client:
         await _turns(client, "watched", 2)
         # The tmux server does not pass this process's environment on: the command sets what it needs.
