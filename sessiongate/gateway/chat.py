@@ -30,6 +30,7 @@ from .relay import StreamRelay
 from .responses import JSONBytesResponse
 from .schemas import ChatRequest, new_session_id, parse_json, validate_chat, validate_session_id
 from .state import GatewayState, gateway_state
+from .tracing import NO_TURN, TurnTrace
 from .turn import TurnContext, fail_turn, finish_turn, now, record_failure
 
 __all__ = ["chat_completions"]
@@ -94,15 +95,24 @@ def _upstream_body(body: dict[str, Any], chat: ChatRequest, cache_salt: str, pri
 async def chat_completions(request: Request) -> Response:
     state = gateway_state(request)
     received_at, started = now(), time.perf_counter()
-    tenant_id = await authenticate(request, state.settings)
-    limits = state.limits
-    guards = _Guards(await limits.admit_shared(tenant_id) if limits.shared is not None else limits.admit(tenant_id))
+    # Tracing off, this check is all the turn pays for it: NO_TURN's methods are empty.
+    trace = state.tracing.turn(request.headers.get("traceparent")) if state.tracing.enabled else NO_TURN
     try:
-        return await _chat_turn(request, state, tenant_id, guards, received_at, started)
-    except BaseException:
+        with trace.span("sessiongate.admission"):
+            tenant_id = await authenticate(request, state.settings)
+            limits = state.limits
+            admission = await limits.admit_shared(tenant_id) if limits.shared is not None else limits.admit(tenant_id)
+    except BaseException as exc:
+        trace.end("rejected", error=exc)
+        raise
+    guards = _Guards(admission)
+    try:
+        return await _chat_turn(request, state, tenant_id, guards, received_at, started, trace)
+    except BaseException as exc:
         # A streamed turn releases them when it ends (finish_turn / fail_turn); releasing twice is harmless.
         with anyio.CancelScope(shield=True):
             await guards.abandon()
+        trace.end("failed", error=exc)  # a no-op when fail_turn ended it already
         raise
 
 
@@ -126,6 +136,7 @@ async def _chat_turn(
     guards: _Guards,
     received_at: datetime,
     started: float,
+    trace: TurnTrace,
 ) -> Response:
     body = parse_json(await request.body())
     chat = validate_chat(body)
@@ -143,38 +154,51 @@ async def _chat_turn(
     )
     if isinstance(claim, Response):
         guards.admission.release()
+        trace.end("replayed")
         return claim  # a retry of a finished request: its first answer
     guards.claim = claim
 
     try:
-        turn = await state.store.begin_turn(
-            session_id,
-            tenant_id=tenant_id,
-            create_session=True,
-            messages=body["messages"],
-            request={k: body[k] for k in _RECORDED_PARAMS if k in body},
-            received_at=received_at,
-            gateway_instance=state.instance,
-            gateway_run=state.run,
-        )
+        with trace.span("sessiongate.store.begin_turn"):
+            turn = await state.store.begin_turn(
+                session_id,
+                tenant_id=tenant_id,
+                create_session=True,
+                messages=body["messages"],
+                request={k: body[k] for k in _RECORDED_PARAMS if k in body},
+                received_at=received_at,
+                gateway_instance=state.instance,
+                gateway_run=state.run,
+            )
     except sessions.SessionExists:
         # Another tenant's session: answer exactly as for an id that does not exist.
         raise sessions.SessionNotFound(session_id) from None
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
+    trace.identify(session_id, turn.id)
 
     if state.advisor.shared is not None:  # replicas: claim the session's advisory, read its KV belief
         await state.advisor.prepare_turn(session_id)
     reservation = state.advisor.reservation(session_id)
     messages = body["messages"]
     known_prefix = 0 if turn.context_reset else len(messages) - len(turn.input_messages)
-    worker = state.router.choose(session_id, tenant_id, messages, known_prefix=known_prefix, reservation=reservation)
+    with trace.span("sessiongate.route") as route_span:
+        worker = state.router.choose(
+            session_id, tenant_id, messages, known_prefix=known_prefix, reservation=reservation
+        )
+        if trace.recording and worker is not None:
+            scores = state.router.scores(
+                session_id, tenant_id, messages, known_prefix=known_prefix, reservation=reservation
+            )
+            trace.routed(route_span, worker.id, state.policy.name, scores)
     if worker is None:
         error = ServiceUnavailable(
             "No healthy worker is available; the turn was recorded as failed.", code="no_healthy_worker"
         )
         await record_failure(state, turn.id, error, ended_at=now())
         raise error
-    state.advisor.on_request(session_id, tenant_id, turn.id, turn.seq, worker.id)
+    foreseen = state.advisor.on_request(session_id, tenant_id, turn.id, turn.seq, worker.id)
+    if foreseen is not None and trace.recording:
+        trace.link_advisory(foreseen.advisory.trace)
     ctx = TurnContext(
         state=state,
         tenant_id=tenant_id,
@@ -187,6 +211,7 @@ async def _chat_turn(
         client_wants_cache_report=bool(body.get("return_cached_tokens_details")),
         admission=guards.admission,
         idempotency=claim,
+        trace=trace,
     )
     upstream = _upstream_body(body, chat, state.salts.for_tenant(tenant_id), turn.session_priority)
     if request.headers.get(KEEP_HEADER, "").strip().lower() == "false":
@@ -204,6 +229,7 @@ async def _dispatch(ctx: TurnContext, url: str, upstream: dict[str, Any], *, str
                 return await StreamRelay(ctx, url, upstream).open()
             return await _complete(ctx, url, upstream)
         except UpstreamError as exc:
+            ctx.trace.upstream_end(error=exc)
             retryable = isinstance(exc, WorkerUnreachable) or (
                 isinstance(exc, WorkerRejected) and exc.status_code >= 500
             )
@@ -220,7 +246,8 @@ async def _complete(ctx: TurnContext, url: str, upstream: dict[str, Any]) -> Res
     state = ctx.state
     with state.workers.lease(ctx.worker_id):
         ctx.dispatched_at = now()
-        answer = await state.worker_client.chat(ctx.worker_id, url, upstream)
+        traceparent = ctx.trace.upstream_start(ctx.worker_id)
+        answer = await state.worker_client.chat(ctx.worker_id, url, upstream, traceparent=traceparent)
     result = result_from_response(answer)
     await finish_turn(ctx, result)
     if isinstance(answer.get("usage"), dict):

@@ -42,11 +42,7 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     state = gateway_state(request)
     for worker in state.workers.workers:
-        state.metrics.in_flight.labels(worker.id).set(worker.in_flight)
-        state.metrics.worker_up.labels(worker.id).set(1 if worker.healthy and not worker.draining else 0)
-        if worker.load is not None:
-            for rank, tokens in worker.load.prefetch_evicted_tokens.items():
-                state.metrics.prefetch_evicted.labels(worker.id, rank).set(tokens)
+        state.metrics.observe_worker(worker)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

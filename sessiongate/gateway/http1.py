@@ -261,10 +261,11 @@ class Http1Pool:
         self._idle: dict[str, list[_Connection]] = {}
         self._origins: dict[str, tuple[str, int, bytes, bytes]] = {}
 
-    async def post_json(self, url: str, path: str, body: bytes) -> tuple[int, bytes]:
+    async def post_json(self, url: str, path: str, body: bytes, *, extra: bytes = b"") -> tuple[int, bytes]:
         """POST `body` (JSON) to `url` + `path`: the answer's status and body. Raises `TimeoutError` (connecting or
-        waiting for the answer), `OSError` (connecting, or the connection failing) or `ProtocolError`."""
-        return await self._exchange(url, self._request(url, path, body, _JSON), self._read_timeout_s)
+        waiting for the answer), `OSError` (connecting, or the connection failing) or `ProtocolError`. `extra`:
+        more header lines for this request alone (`name: value\r\n` each, e.g. a `traceparent`)."""
+        return await self._exchange(url, self._request(url, path, body, _JSON, extra=extra), self._read_timeout_s)
 
     async def get_json(self, url: str, path: str, *, timeout_s: float) -> tuple[int, bytes]:
         """GET `url` + `path` (a small JSON answer, such as a worker's load report) within `timeout_s`: its status and
@@ -284,23 +285,41 @@ class Http1Pool:
         return status, content
 
     @contextlib.asynccontextmanager
-    async def stream_json(self, url: str, path: str, body: bytes) -> AsyncIterator[tuple[int, Stream]]:
+    async def stream_json(
+        self, url: str, path: str, body: bytes, *, extra: bytes = b""
+    ) -> AsyncIterator[tuple[int, Stream]]:
         """POST `body` (JSON) and read the answer as it arrives: its status, and a `Stream` of its body. Raises
-        as `post_json` does, from here or from the stream's reads; leaving before the end closes the connection."""
+        as `post_json` does, from here or from the stream's reads; leaving before the end closes the connection.
+        `extra`: as for `post_json`."""
         connection = await self._connection(url)
         reusable = False
         try:
-            status = await connection.open_stream(self._request(url, path, body, _EVENT_STREAM), self._read_timeout_s)
+            request = self._request(url, path, body, _EVENT_STREAM, extra=extra)
+            status = await connection.open_stream(request, self._read_timeout_s)
             yield status, Stream(connection, self._read_timeout_s)
             reusable = connection.reusable
         finally:
             self._put_back(url, connection, reusable)
 
-    def _request(self, url: str, path: str, body: bytes, accept: bytes, method: bytes = b"POST ") -> bytes:
+    def _request(
+        self, url: str, path: str, body: bytes, accept: bytes, method: bytes = b"POST ", *, extra: bytes = b""
+    ) -> bytes:
         _, _, target, head = self._origin(url)
         length = str(len(body)).encode()
         return b"".join(
-            (method, target, path.encode(), head, accept, self._extra, b"content-length: ", length, b"\r\n\r\n", body)
+            (
+                method,
+                target,
+                path.encode(),
+                head,
+                accept,
+                self._extra,
+                extra,
+                b"content-length: ",
+                length,
+                b"\r\n\r\n",
+                body,
+            )
         )
 
     async def _connection(self, url: str) -> _Connection:

@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from .advisor.stats import PREFETCH_LATENCY_BUCKETS, AdvisoryStats
+from .workers import Worker
 
 __all__ = ["AdvisoryCollector", "GatewayMetrics"]
 
@@ -61,6 +62,32 @@ class GatewayMetrics:
             ["worker", "rank"],
             registry=self.registry,
         )
+        # The workers' own figures, from their latest load report (gateway/load.py), so that one scrape of the
+        # gateway shows each worker's queue: the dashboard's worker panels need no scrape of the workers.
+        self.worker_running = Gauge(
+            "sessiongate_worker_running_requests",
+            "Requests the worker is running, as its latest load report says.",
+            ["worker"],
+            registry=self.registry,
+        )
+        self.worker_queued = Gauge(
+            "sessiongate_worker_queued_requests",
+            "Requests waiting in the worker's queue, as its latest load report says.",
+            ["worker"],
+            registry=self.registry,
+        )
+        self.worker_kv_used = Gauge(
+            "sessiongate_worker_device_kv_used_ratio",
+            "Share of the worker's device KV pool in use, as its latest load report says.",
+            ["worker"],
+            registry=self.registry,
+        )
+        self.worker_prefetches = Gauge(
+            "sessiongate_worker_prefetches_in_flight",
+            "Advisory prefetches the worker has not finished, as its latest load report says.",
+            ["worker"],
+            registry=self.registry,
+        )
         self.advisories = AdvisoryCollector()
         self.registry.register(self.advisories)
         # Label children by their values: `labels()` takes a lock and builds a key on every call, per request.
@@ -79,6 +106,22 @@ class GatewayMetrics:
         if child is None:
             child = self._turns_by[(status, worker)] = self.turns.labels(status, worker)
         child.inc()
+
+    def observe_worker(self, worker: Worker) -> None:
+        """Set the worker's gauges (when `/metrics` is scraped): its health and in-flight count here, and its queue,
+        KV use and prefetches from its latest load report (none before its first)."""
+        self.in_flight.labels(worker.id).set(worker.in_flight)
+        self.worker_up.labels(worker.id).set(1 if worker.healthy and not worker.draining else 0)
+        report = worker.load
+        if report is None:
+            return
+        self.worker_running.labels(worker.id).set(report.running_requests)
+        self.worker_queued.labels(worker.id).set(report.queued_requests)
+        total = report.device_kv_tokens_total
+        self.worker_kv_used.labels(worker.id).set(report.device_kv_tokens_used / total if total else 0.0)
+        self.worker_prefetches.labels(worker.id).set(report.prefetches_in_flight)
+        for rank, tokens in report.prefetch_evicted_tokens.items():
+            self.prefetch_evicted.labels(worker.id, rank).set(tokens)
 
     def watch_advisories(self, stats: AdvisoryStats) -> None:
         """Report this advisor's figures (the app calls it once its advisor exists)."""

@@ -49,9 +49,10 @@ class StreamRelay:
         state = self.ctx.state
         self._resources.enter_context(state.workers.lease(self.ctx.worker_id))
         self.ctx.dispatched_at = datetime.now(UTC)
+        traceparent = self.ctx.trace.upstream_start(self.ctx.worker_id)
         try:
             self._lines = await self._resources.enter_async_context(
-                state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body)
+                state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body, traceparent=traceparent)
             )
         except UpstreamError:
             await self._resources.aclose()
@@ -107,6 +108,7 @@ class StreamRelay:
         if self.ctx.first_token_at is None and chunk.get("choices"):
             self.ctx.first_token_at = datetime.now(UTC)
             self.ctx.state.metrics.ttft.observe(time.perf_counter() - self.ctx.started)
+            self.ctx.trace.first_token()
         if chunk.get("choices"):
             return b"data: " + payload + b"\n\n"
         if isinstance(chunk.get("usage"), dict):

@@ -134,6 +134,28 @@ class Router:
         )
         return self.policy.choose(request, workers)
 
+    def scores(
+        self,
+        session_id: str,
+        tenant_id: str,
+        messages: Sequence[Mapping[str, Any]] = (),
+        *,
+        known_prefix: int = 0,
+        reservation: Reservation | None = None,
+    ) -> dict[str, float]:
+        """Each routable worker's score for this request, as the policy sees it (lower is better: kv_aware's expected
+        seconds to first token, Dynamo's cost), or its requests in flight for a policy that scores nothing. Asked
+        only by a traced turn, after `choose`: what the chosen worker beat."""
+        workers = self.candidates()
+        request = self.route_request(
+            session_id, tenant_id, messages, known_prefix=known_prefix, reservation=reservation
+        )
+        for method in ("scores", "costs"):
+            score = getattr(self.policy, method, None)
+            if callable(score):
+                return dict(score(request, workers))
+        return {w.id: float(w.in_flight) for w in workers}
+
     def after_turn(
         self, session_id: str, worker_id: str, usage: Mapping[str, Any] | None, details: Mapping[str, Any] | None
     ) -> None:

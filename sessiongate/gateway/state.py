@@ -18,6 +18,7 @@ from .routing import RoutingPolicy
 from .settings import GatewaySettings
 from .shared import SharedState
 from .tenancy import CacheSalts, KeyRing
+from .tracing import NO_TRACING, Tracing
 from .upstream import WorkerClient
 from .workers import WorkerPool
 
@@ -45,6 +46,8 @@ class GatewayState:
     # This replica's name and this process's run (see `GatewaySettings.instance_id`).
     instance: str = ""
     run: str = ""
+    # OpenTelemetry traces (NO_TRACING unless the OTEL_* variables configure an exporter: gateway.tracing).
+    tracing: Tracing = NO_TRACING
 
 
 def gateway_state(request: Request) -> GatewayState:

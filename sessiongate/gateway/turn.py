@@ -21,6 +21,7 @@ from .errors import WorkerUnreachable
 from .idempotency import Claim, completion_body
 from .limits import Admission
 from .state import GatewayState
+from .tracing import NO_TURN, TurnTrace
 
 __all__ = ["TurnContext", "fail_turn", "finish_turn", "now", "record_failure"]
 
@@ -52,6 +53,7 @@ class TurnContext:
         client_wants_cache_report: bool,
         admission: Admission | None = None,
         idempotency: Claim | None = None,
+        trace: TurnTrace = NO_TURN,
     ) -> None:
         self.state = state
         self.tenant_id = tenant_id
@@ -66,6 +68,7 @@ class TurnContext:
         self.client_wants_cache_report = client_wants_cache_report
         self.admission = admission
         self.idempotency = idempotency
+        self.trace = trace
 
     def headers(self) -> dict[str, str]:
         return {
@@ -83,6 +86,7 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
     ended_at = now()
     state = ctx.state
     usage = result.usage or {}
+    ctx.trace.upstream_end(usage=usage)
     if ctx.admission is not None:
         total = usage.get("total_tokens")
         if ctx.admission.distributed:
@@ -105,6 +109,16 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
     )
     # The answer exists only in memory now: a store that is briefly unavailable (SQLite busy, pool exhausted)
     # gets a few more tries before the turn is left pending (and failed at the next start-up).
+    with ctx.trace.span("sessiongate.store.end_turn"):
+        await _record_success(ctx, result, ended_at)
+    ctx.trace.end("ok", cached_tokens=result.cached_tokens_details)
+    if ctx.idempotency is not None:
+        answer = completion_body(ctx.turn_id, ctx.received_at, result, ctx.annotation())
+        await ctx.idempotency.complete(ctx.turn_id, answer, ctx.headers())
+
+
+async def _record_success(ctx: TurnContext, result: TurnResult, ended_at: datetime) -> None:
+    state = ctx.state
     for attempt in range(_RECORD_ATTEMPTS):
         try:
             await state.store.complete_turn(
@@ -128,9 +142,6 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
         except sessions.StoreError as exc:
             log.error("turn_not_recorded", error=str(exc), status="ok")
             break
-    if ctx.idempotency is not None:
-        answer = completion_body(ctx.turn_id, ctx.received_at, result, ctx.annotation())
-        await ctx.idempotency.complete(ctx.turn_id, answer, ctx.headers())
 
 
 async def fail_turn(
@@ -155,17 +166,20 @@ async def fail_turn(
         ctx.state.workers.report_unreachable(ctx.worker_id, error.message)
     ctx.state.advisor.on_turn_end(ctx.session_id, ctx.tenant_id, ctx.turn_id, cache_details=None)
     ctx.state.metrics.count_turn(status, ctx.worker_id)
-    await record_failure(
-        ctx.state,
-        ctx.turn_id,
-        error,
-        ended_at=now(),
-        status=status,
-        partial=partial,
-        first_token_at=ctx.first_token_at,
-        worker=ctx.worker_id,
-        dispatched_at=ctx.dispatched_at,
-    )
+    ctx.trace.upstream_end(error=error)
+    with ctx.trace.span("sessiongate.store.end_turn"):
+        await record_failure(
+            ctx.state,
+            ctx.turn_id,
+            error,
+            ended_at=now(),
+            status=status,
+            partial=partial,
+            first_token_at=ctx.first_token_at,
+            worker=ctx.worker_id,
+            dispatched_at=ctx.dispatched_at,
+        )
+    ctx.trace.end(status, error=error)
 
 
 async def record_failure(

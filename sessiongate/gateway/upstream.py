@@ -28,6 +28,16 @@ _JSON = {"content-type": "application/json"}
 _JSON_STREAM = {"content-type": "application/json", "accept": "text/event-stream"}
 
 
+def _with_trace(headers: dict[str, str], traceparent: str | None) -> dict[str, str]:
+    """`headers` with the turn's `traceparent` when tracing gave it one (the shared dict otherwise, uncopied)."""
+    return headers if traceparent is None else {**headers, "traceparent": traceparent}
+
+
+def _trace_line(traceparent: str | None) -> bytes:
+    """The `traceparent` header line for `http1`, or nothing."""
+    return b"" if traceparent is None else b"traceparent: " + traceparent.encode("latin-1") + b"\r\n"
+
+
 def _auth_headers(worker_api_key: str) -> dict[str, str] | None:
     """The workers' `--api-key` as every client of the gateway sends it (none: no header)."""
     return {"Authorization": f"Bearer {worker_api_key}"} if worker_api_key else None
@@ -141,18 +151,21 @@ class WorkerClient:
         # Enforced here as well as by the transport, so that any transport (tests use ASGI) honours it.
         self._read_timeout_s = read_timeout_s
 
-    async def chat(self, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A non-streamed chat completion; the parsed JSON answer."""
+    async def chat(
+        self, worker_id: str, url: str, body: Mapping[str, Any], *, traceparent: str | None = None
+    ) -> dict[str, Any]:
+        """A non-streamed chat completion; the parsed JSON answer. `traceparent`: the W3C trace context header the
+        request carries to the worker (tracing on)."""
         if self._chat_pool is not None and url.startswith("http://"):
-            return await self._chat_pooled(self._chat_pool, worker_id, url, body)
+            return await self._chat_pooled(self._chat_pool, worker_id, url, body, traceparent)
         if self._chat_session is not None:
-            return await self._chat_direct(self._chat_session, worker_id, url, body)
+            return await self._chat_direct(self._chat_session, worker_id, url, body, traceparent)
         try:
             async with asyncio.timeout(self._read_timeout_s):
                 response = await self._client.post(
                     f"{url}/v1/chat/completions",
                     content=orjson.dumps(body),
-                    headers={"content-type": "application/json"},
+                    headers=_with_trace(_JSON, traceparent),
                 )
                 content = await response.aread()
         except TimeoutError as exc:
@@ -162,45 +175,56 @@ class WorkerClient:
         return _answer(response.status_code, content, worker_id)
 
     async def _chat_direct(
-        self, session: aiohttp.ClientSession, worker_id: str, url: str, body: Mapping[str, Any]
+        self,
+        session: aiohttp.ClientSession,
+        worker_id: str,
+        url: str,
+        body: Mapping[str, Any],
+        traceparent: str | None,
     ) -> dict[str, Any]:
+        headers = _with_trace(_JSON, traceparent)
         try:
-            async with session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=_JSON) as response:
+            async with session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=headers) as response:
                 content = await response.read()
                 status = response.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _transport_error(exc, worker_id) from exc
         return _answer(status, content, worker_id)
 
-    async def _chat_pooled(self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def _chat_pooled(
+        self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any], traceparent: str | None
+    ) -> dict[str, Any]:
         try:
-            status, content = await pool.post_json(url, "/v1/chat/completions", orjson.dumps(body))
+            status, content = await pool.post_json(
+                url, "/v1/chat/completions", orjson.dumps(body), extra=_trace_line(traceparent)
+            )
         except (TimeoutError, OSError, ProtocolError) as exc:
             raise _transport_error(exc, worker_id) from exc
         return _answer(status, content, worker_id)
 
     @contextlib.asynccontextmanager
     async def chat_stream(
-        self, worker_id: str, url: str, body: Mapping[str, Any]
+        self, worker_id: str, url: str, body: Mapping[str, Any], *, traceparent: str | None = None
     ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
         """Open a streamed chat completion; yields an iterator over its non-empty SSE lines, in the groups that
         arrived together (so that the relay writes them to the client together: one write per network read).
+        `traceparent`: as for `chat`.
 
         Errors before the first byte raise from the `async with`; later ones raise from the iterator.
         """
         if self._chat_pool is not None and url.startswith("http://"):
-            async with self._stream_pooled(self._chat_pool, worker_id, url, body) as lines:
+            async with self._stream_pooled(self._chat_pool, worker_id, url, body, traceparent) as lines:
                 yield lines
             return
         if self._chat_session is not None:
-            async with self._stream_direct(self._chat_session, worker_id, url, body) as lines:
+            async with self._stream_direct(self._chat_session, worker_id, url, body, traceparent) as lines:
                 yield lines
             return
         request = self._client.build_request(
             "POST",
             f"{url}/v1/chat/completions",
             content=orjson.dumps(body),
-            headers={"content-type": "application/json", "accept": "text/event-stream"},
+            headers=_with_trace(_JSON_STREAM, traceparent),
         )
         try:
             async with asyncio.timeout(self._read_timeout_s):
@@ -218,12 +242,12 @@ class WorkerClient:
 
     @contextlib.asynccontextmanager
     async def _stream_pooled(
-        self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any]
+        self, pool: Http1Pool, worker_id: str, url: str, body: Mapping[str, Any], traceparent: str | None
     ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 status, stream = await stack.enter_async_context(
-                    pool.stream_json(url, "/v1/chat/completions", orjson.dumps(body))
+                    pool.stream_json(url, "/v1/chat/completions", orjson.dumps(body), extra=_trace_line(traceparent))
                 )
             except (TimeoutError, OSError, ProtocolError) as exc:
                 raise _transport_error(exc, worker_id) from exc
@@ -237,10 +261,16 @@ class WorkerClient:
 
     @contextlib.asynccontextmanager
     async def _stream_direct(
-        self, session: aiohttp.ClientSession, worker_id: str, url: str, body: Mapping[str, Any]
+        self,
+        session: aiohttp.ClientSession,
+        worker_id: str,
+        url: str,
+        body: Mapping[str, Any],
+        traceparent: str | None,
     ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        headers = _with_trace(_JSON_STREAM, traceparent)
         try:
-            response = await session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=_JSON_STREAM)
+            response = await session.post(f"{url}/v1/chat/completions", data=orjson.dumps(body), headers=headers)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _transport_error(exc, worker_id) from exc
         try:

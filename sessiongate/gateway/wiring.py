@@ -25,6 +25,7 @@ from .router import Router
 from .routing import CostModel, KVBelief, RoutingPolicy, make_policy
 from .settings import GatewaySettings
 from .shared import SharedState
+from .tracing import NO_TRACING, Tracing
 from .workers import WorkerPool
 
 __all__ = ["RoutingParts", "start_routing"]
@@ -63,6 +64,7 @@ async def start_routing(
     policy: RoutingPolicy | None = None,
     cache_salt_for: Callable[[str], str] | None = None,
     fast_http: Http1Pool | None = None,
+    tracing: Tracing = NO_TRACING,
 ) -> RoutingParts:
     poller = LoadPoller(pool, http, interval_s=settings.load_poll_interval_s, fast=fast_http)
     await poller.poll_all()  # the first choice already sees the reports
@@ -92,6 +94,7 @@ async def start_routing(
             load_bytes_per_s=settings.pool_to_device_bytes_per_s,
             load_latency_s=settings.pool_to_device_latency_s,
         ),
+        tracing=tracing,
     )
     stack.push_async_callback(advisor.aclose)
     for loop in (poller.run(), advisor.run(settings.advisor_tick_s)):

@@ -23,6 +23,7 @@ from sessiongate import sessions
 from sessiongate.gateway.errors import UpstreamError
 from sessiongate.gateway.extension import ExtensionClient
 from sessiongate.gateway.router import Router
+from sessiongate.gateway.tracing import NO_TRACING, PrefetchTrace, Tracing
 from sessiongate.sglang_ext.protocol import PrefetchRequest
 
 from .core import LiveAdvisory, prefetch_residency
@@ -57,6 +58,7 @@ class Prefetcher:
         poll_interval_s: float,
         clock: Callable[[], float],
         unix: Callable[[], float],
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.store = store
         self.extension = extension
@@ -70,10 +72,19 @@ class Prefetcher:
         self.poll_interval_s = poll_interval_s
         self.clock = clock
         self.unix = unix
+        self.tracing = tracing
 
     async def run(self, advisory: LiveAdvisory, *, live: Callable[[], bool]) -> None:
         """Prefetch the advisory's session to its worker; polling stops once `live()` is false (the advisory was
-        claimed by a turn, withdrawn or replaced)."""
+        claimed by a turn, withdrawn or replaced). Traced (tracing on) as its own trace, which the turn that claims
+        the advisory links to."""
+        with self.tracing.prefetch(
+            advisory_id=advisory.id, session_id=advisory.session_id, kind=advisory.kind, worker_id=advisory.worker_id
+        ) as trace:
+            advisory.trace = trace.context
+            await self._run(advisory, live, trace)
+
+    async def _run(self, advisory: LiveAdvisory, live: Callable[[], bool], trace: PrefetchTrace) -> None:
         session_id, tenant_id = advisory.session_id, advisory.tenant_id
         context = await self.store.session_context(session_id, tenant_id=tenant_id)
         if not context:
@@ -125,6 +136,15 @@ class Prefetcher:
                 session_id, advisory.worker_id, tokens=resident, tier=tier, now=self.clock()
             )
             await self.router.publish_kv(session_id)
+            trace.done(
+                target=status.target,
+                bytes_loaded=status.bytes_loaded,
+                pages={
+                    "device": status.pages_on_device,
+                    "host": status.pages_in_host,
+                    "unavailable": status.pages_unavailable,
+                },
+            )
             log.info(
                 "prefetch_done",
                 advisory_id=advisory.id,
@@ -135,6 +155,7 @@ class Prefetcher:
                 pages_unavailable=status.pages_unavailable,
             )
         elif state in TERMINAL_STATES:
+            trace.failed(state)
             advisory.failed = True
             await self.replicas.update(advisory, failed=True)
 

@@ -36,6 +36,7 @@ from sessiongate.gateway.extension import ExtensionClient
 from sessiongate.gateway.router import Router
 from sessiongate.gateway.routing import Reservation, WorkerView
 from sessiongate.gateway.shared import SharedState
+from sessiongate.gateway.tracing import NO_TRACING, Tracing
 
 from .core import AdvisorBook, Claim, LiveAdvisory, settle
 from .prefetch import Prefetcher
@@ -79,6 +80,7 @@ class Advisor:
         unix: Callable[[], float] = time.time,
         tool_kv: ToolKVPolicy | None = None,
         tool_kv_enabled: bool = True,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.store = store
         self.router = router
@@ -117,6 +119,7 @@ class Advisor:
             poll_interval_s=poll_interval_s,
             clock=lambda: self.clock(),  # read through the advisor: tests swap its clock
             unix=unix,
+            tracing=tracing,
         )
 
     # The lifecycle's learnt state, as the advisor's attributes (where tests seed it).
@@ -414,7 +417,9 @@ class Advisor:
             return
         self.book.add(self.replicas.local(record, self.clock()))
 
-    def on_request(self, session_id: str, tenant_id: str, turn_id: str, turn_seq: int, worker_id: str) -> None:
+    def on_request(self, session_id: str, tenant_id: str, turn_id: str, turn_seq: int, worker_id: str) -> Claim | None:
+        """A turn was routed: it claims the session's live advisory (returned: the turn's trace links to its
+        prefetch), or counts as missed when none foresaw it."""
         now = self.clock()
         foreseen = self.tools.turn_began(session_id, now)
         claim = self.book.claim(session_id, worker_id, now)
@@ -428,6 +433,7 @@ class Advisor:
             self._missed.append(sessions.MissedTurn(session_id, tenant_id, turn_id, self.wall()))
             if len(self._missed) == 1:
                 self._spawn(self._flush_missed_later())
+        return claim
 
     def on_turn_end(
         self,
