@@ -77,6 +77,9 @@ class FakeWorkerBehaviour:
     prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
     # What the load report says was evicted for prefetches, by rank (the fake's prefetches never evict).
     prefetch_evicted_tokens: dict[str, int] = field(default_factory=dict)
+    # The device KV pool the load report states, and the tokens its running sequences hold (None: the prompts seen).
+    device_kv_tokens_total: int = 1_000_000
+    device_kv_tokens_used: int | None = None
     kv_ops: list[tuple[str, str]] = field(default_factory=list)
     kv_requests: list[SessionKVRequest] = field(default_factory=list)  # the bodies of `kv_ops`, in order
     # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
@@ -266,14 +269,14 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
     async def load(request: Request) -> Response:
         if not b.extension:
             return missing()
-        used = sum(len(t) - 1 for t in b.device)
+        used = sum(len(t) - 1 for t in b.device) if b.device_kv_tokens_used is None else b.device_kv_tokens_used
         report = LoadReport(
             at=time.time(),
             running_requests=b.running,
             queued_requests=b.queued,
             queued_prefill_tokens=b.queued_prefill_tokens,
-            device_kv_tokens_total=1_000_000,
-            device_kv_tokens_used=min(used, 1_000_000),
+            device_kv_tokens_total=b.device_kv_tokens_total,
+            device_kv_tokens_used=min(used, b.device_kv_tokens_total),
             prefetches_in_flight=sum(1 for p in b.prefetches.values() if p["state"] in ("queued", "running")),
             prefetch_evicted_tokens=dict(b.prefetch_evicted_tokens),
             prefill_tokens_per_s=b.prefill_tokens_per_s,

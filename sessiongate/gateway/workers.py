@@ -68,6 +68,9 @@ class Worker:
             prefill_tokens_per_s=report.prefill_tokens_per_s,
             decode_tokens_per_s=report.decode_tokens_per_s,
             active_prefill_tokens=report.queued_prefill_tokens,
+            # SGLang's tokens in use: the pool less what is free or evictable, i.e. the running sequences' KV.
+            active_kv_tokens=report.device_kv_tokens_used,
+            device_kv_tokens=report.device_kv_tokens_total,
         )
 
 

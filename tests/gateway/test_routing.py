@@ -129,6 +129,36 @@ def test_kv_aware_pool_makes_the_least_loaded_worker_cheap() -> None:
     assert choice.id == "b"  # 4000 tokens * 128 KiB / 2 GB/s = 0.26 s < 1 s of queueing on a
 
 
+def test_kv_aware_counts_the_device_memory_running_sequences_hold() -> None:
+    # Both workers run one sequence and queue nothing; a's sequences hold 30k of its 32k-token pool, b's 2k.
+    cost = CostModel(typical_prefill_tokens=500, default_prefill_tokens_per_s=10_000.0)
+    policy = KVAware(cost)
+
+    def holding(worker: WorkerView, active: int) -> WorkerView:
+        return WorkerView(
+            id=worker.id,
+            url=worker.url,
+            in_flight=0,
+            running=1,
+            queued=0,
+            active_prefill_tokens=0,
+            active_kv_tokens=active,
+            device_kv_tokens=32_768,
+        )
+
+    full, roomy = holding(A, 30_000), holding(B, 2_000)
+    # The session's 8k-token context is on a's device: before, a won (its KV saves 0.8 s of prefill); now a newcomer
+    # there waits for memory: 30k tokens of work ahead at a full pool (3 s), against b's 2k x 31% (0.06 s).
+    kv = KVResidency(device={"a": 8000})
+    assert cost.memory_wait_s(8200, full) == pytest.approx(3.0)
+    assert cost.memory_wait_s(8200, roomy) == pytest.approx(2000 * (10_200 / 32_768) / 10_000)
+    assert policy.choose(_request(prompt_tokens=8200, kv=kv), [full, roomy]).id == "b"
+    # With memory to spare the same KV keeps the session where it is.
+    assert policy.choose(_request(prompt_tokens=8200, kv=kv), [holding(A, 4_000), roomy]).id == "a"
+    # No figures (a worker without the extension, a stale report): no memory term.
+    assert cost.memory_wait_s(8200, A) == 0.0
+
+
 def test_kv_aware_honours_a_reservation_within_the_margin_only() -> None:
     policy = KVAware(
         CostModel(typical_prefill_tokens=500, default_prefill_tokens_per_s=1000.0), reservation_margin_s=0.6

@@ -36,3 +36,22 @@ async def test_new_sessions_avoid_the_worker_with_a_long_prefill_queued(make_gat
                 break
             await asyncio.sleep(0.02)
         assert [await _worker_of(gw, f"fresh-{policy}-{i}") for i in range(4)] == ["worker-b"] * 4
+
+
+async def test_new_sessions_avoid_a_worker_whose_device_memory_running_sequences_fill(make_gateway: Any) -> None:
+    async with make_gateway(**FAST, routing_policy="kv_aware") as gw:
+        for worker in gw.workers.values():
+            worker.running, worker.queued, worker.queued_prefill_tokens = 1, 0, 0  # equal by counts and queues
+            worker.device_kv_tokens_total = 32_768
+        gw.workers["worker-a"].device_kv_tokens_used = 31_000  # a's running sequence holds nearly all its pool
+        gw.workers["worker-b"].device_kv_tokens_used = 1_000
+
+        def views() -> dict[str, Any]:
+            return {w.id.split(":")[0]: w for w in gw.state.router.candidates()}
+
+        for _ in range(100):
+            if views()["worker-a"].active_kv_tokens == 31_000:
+                break
+            await asyncio.sleep(0.02)
+        assert (views()["worker-a"].active_kv_tokens, views()["worker-a"].device_kv_tokens) == (31_000, 32_768)
+        assert [await _worker_of(gw, f"fresh-memory-{i}") for i in range(4)] == ["worker-b"] * 4

@@ -284,6 +284,7 @@ class SimWorker:
             queued=queued,
             active_prefill_tokens=self.pending_prefill,
             active_kv_tokens=self.decode_kv,
+            device_kv_tokens=self.cal.device_kv_tokens,
         )
 
     # requests

@@ -22,9 +22,10 @@ Our tiers map as device -> device, host tier -> host, shared pool -> disk (0.25,
 counts a shared HiCache L3 with `shared_cache_multiplier`, 0.5 once `DYN_SHARED_CACHE_TYPE=hicache` is set:
 `pool_weight=0.5` reproduces that). The tiers are disjoint prefix lengths from `split_prompt`, credited in whole
 blocks. Dynamo keeps its own per-worker token accounting of what it routed; the simulator fills
-`WorkerView.active_prefill_tokens` / `active_kv_tokens` exactly; the gateway fills the prefill tokens from the
-worker's load report (`LoadReport.queued_prefill_tokens`, plus `typical_prefill_tokens` per request sent since the
-report) and has no decode KV figure yet, for which it falls back to running requests times `typical_prefill_tokens`.
+`WorkerView.active_prefill_tokens` / `active_kv_tokens` exactly; the gateway fills both from the worker's load
+report (`LoadReport.queued_prefill_tokens`, plus `typical_prefill_tokens` per request sent since the report, and
+`device_kv_tokens_used`, SGLang's tokens held by running sequences); without a report it falls back to running
+requests times `typical_prefill_tokens`.
 Ties rotate (deterministic) instead of being drawn at random.
 """
 

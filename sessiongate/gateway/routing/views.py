@@ -34,6 +34,8 @@ class WorkerView:
     # not yet computed, and the KV tokens of the sequences the worker is decoding.
     active_prefill_tokens: int | None = None
     active_kv_tokens: int | None = None
+    # The device KV pool's size in tokens (the worker's report): with `active_kv_tokens`, whether a request fits.
+    device_kv_tokens: int | None = None
 
     @property
     def load(self) -> int:
