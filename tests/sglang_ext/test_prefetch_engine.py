@@ -548,7 +548,9 @@ def test_a_live_hints_prefetch_evicts_idle_kv_below_it_and_never_a_running_reque
     running = _ids(22, 4)
     expected = _generate_greedy(worker_b, running, max_new_tokens=200)["output_ids"]
     for seed in (23, 24, 25):
-        _generate_greedy(worker_b, _ids(seed, 12))  # three idle sessions, default priority (1): 36 pages
+        # Three idle sessions, default priority (1): 42 pages, so that with the generation's 8 the free pages hold
+        # fewer than the hint's 20 whether or not the generation is still decoding when the prefetch comes.
+        _generate_greedy(worker_b, _ids(seed, 14))
     before = load_report(worker_b).prefetch_evicted_tokens
 
     outputs: list[dict[str, Any]] = []
