@@ -272,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leaves", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-eviction", action="store_true")
+    parser.add_argument("--eviction-only", action="store_true", help="only the eviction rows")
     args = parser.parse_args(argv)
 
     from sessiongate.sglang_ext.cpu_compat import activate
@@ -280,9 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     if not has_cuda():
         activate(patch_sglang=False)
     tokens = [(index * 7919) % 49152 for index in range(args.tokens)]
-    rows = parse_and_hash(tokens, args.page_size, args.repeats)
-    rows += pool_operations(tokens, args.page_size, args.repeats)
-    rows += race_guard(tokens, args.page_size, args.repeats)
+    rows = []
+    if not args.eviction_only:
+        rows += parse_and_hash(tokens, args.page_size, args.repeats)
+        rows += pool_operations(tokens, args.page_size, args.repeats)
+        rows += race_guard(tokens, args.page_size, args.repeats)
     if not args.skip_eviction:
         rows += eviction(args.leaves, args.repeats)
     print(f"{args.tokens} tokens, page {args.page_size}, median of {args.repeats}, scheduler-thread ms")
