@@ -12,7 +12,8 @@ SGLang sizes each worker as if it were alone on the machine. Two consequences on
   are enough, and otherwise spreads them round-robin with a split of `SHARED_GPU_FRACTION`: the *i*-th of *k*
   workers on a GPU asks for `s / (1 - i * s)` of what is free at its start (`s = SHARED_GPU_FRACTION / k`), which is
   `s` of the whole GPU when the ones before it are already up; `GpuPlacement.wait_before_next` says to wait for
-  it before starting the next one on that GPU.
+  it before starting the next one on that GPU. Workers started at once instead (the engine tests', with
+  `WorkerConfig.gpu_share`) each take `equal_gpu_fraction`: less for all but the first, never too much.
 Nothing here imports torch: it runs in the launcher's and the gateway's light processes.
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "SHARED_GPU_FRACTION",
     "GpuPlacement",
     "available_host_memory_bytes",
+    "equal_gpu_fraction",
     "host_kv_pool_gb",
     "place_workers",
 ]
@@ -76,6 +78,16 @@ def place_workers(workers: int, gpu_ids: list[str]) -> list[GpuPlacement]:
         fraction = math.floor(share / (1 - order * share) * 1000) / 1000
         placements.append(GpuPlacement(gpu_ids[gpu], fraction, sharing, wait_before_next=True))
     return placements
+
+
+def equal_gpu_fraction(sharing: int) -> float:
+    """`--mem-fraction-static` for each of `sharing` workers started at once on one GPU: `SHARED_GPU_FRACTION /
+    sharing` of what each finds free, which is at most that share of the whole GPU whatever the order of their
+    starts (a worker that starts after another is up finds less free and takes less: the tests' side-by-side
+    workers, `WorkerConfig.gpu_share`)."""
+    if sharing < 1:
+        raise ValueError(f"sharing must be at least 1, got {sharing}")
+    return math.floor(SHARED_GPU_FRACTION / sharing * 1000) / 1000
 
 
 def host_kv_pool_gb(workers: int, available_bytes: int) -> int:

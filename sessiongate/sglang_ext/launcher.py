@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sessiongate.sglang_ext import parallelism
 from sessiongate.sglang_ext.cpu_compat import SITE_DIR
-from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, host_kv_pool_gb
+from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, equal_gpu_fraction, host_kv_pool_gb
 from sessiongate.sglang_ext.hardware import has_cuda
 from sessiongate.sglang_ext.models import model_dir
 from sessiongate.sglang_ext.plugin import ENABLE_ENV, TINY_TOOL_CALL_PARSER
@@ -149,7 +149,7 @@ def build_command(config: WorkerConfig) -> list[str]:
         "--max-running-requests": config.max_running_requests or (CPU_MAX_RUNNING_REQUESTS if on_cpu else None),
         "--chunked-prefill-size": config.chunked_prefill_size or (CPU_CHUNKED_PREFILL_SIZE if on_cpu else None),
         "--context-length": config.context_length,
-        "--mem-fraction-static": None if on_cpu else config.mem_fraction_static,
+        "--mem-fraction-static": None if on_cpu else _mem_fraction_static(config),
         "--nccl-port": config.nccl_port,
     }
     for flag, value in sizes.items():
@@ -204,6 +204,13 @@ def build_command(config: WorkerConfig) -> list[str]:
                 # io backend already implies page_first_direct.)
                 command += ["--hicache-mem-layout", "page_first"]
     return command + list(config.extra_args)
+
+
+def _mem_fraction_static(config: WorkerConfig) -> float | None:
+    """As given; else, for workers sharing one GPU, an equal split of it; else SGLang's default (None)."""
+    if config.mem_fraction_static is not None or config.gpu_share == 1:
+        return config.mem_fraction_static
+    return equal_gpu_fraction(config.gpu_share)
 
 
 def _storage_extra_config(config: WorkerConfig) -> dict[str, object]:

@@ -113,6 +113,10 @@ class WorkerConfig(BaseSettings):
     """The host pool in GB (SGLang's `--hicache-size`). None: on CPU `hicache_ratio`; on a GPU this machine's
     available host memory, less a reserve, shared among `machine_workers` (`sglang_ext.gpu_placement`): a ratio
     there asks for ~2x the GPU's KV pool in pinned memory, more than a 128 GiB machine has."""
+    gpu_share: Positive = 1
+    """On a GPU, when `mem_fraction_static` is None: how many workers share this worker's GPU; above 1 each asks
+    for an equal split of `gpu_placement.SHARED_GPU_FRACTION`, safe in whatever order they start (`sessiongate up`
+    places its workers itself: `gpu_placement.place_workers`)."""
     machine_workers: Positive = 1
     """How many workers share this machine's host memory (`sessiongate up` sets it): each one's host pool is a
     share of it."""

@@ -132,6 +132,16 @@ def test_a_gpu_worker_is_sized_by_sglang_from_its_gpu(tmp_path: Path) -> None:
     assert build_env(sized, {})["CUDA_VISIBLE_DEVICES"] == "3"
 
 
+def test_workers_started_side_by_side_on_one_gpu_split_it_equally(tmp_path: Path) -> None:
+    # The engine tests start two or three workers at once: each asks for an equal share, not SGLang's ~0.87.
+    config = WorkerConfig(state_dir=tmp_path, device="cuda", model_path=Path("org/model"), gpu_share=3)
+    assert flag_value(build_command(config), "--mem-fraction-static") == "0.283"
+    assert flag_value(build_command(config.replace(gpu_share=2)), "--mem-fraction-static") == "0.425"
+    assert flag_value(build_command(config.replace(mem_fraction_static=0.3)), "--mem-fraction-static") == "0.3"
+    assert "--mem-fraction-static" not in build_command(config.replace(gpu_share=1))
+    assert "--mem-fraction-static" not in build_command(config.replace(device="cpu"))
+
+
 def test_a_gpu_worker_asks_for_a_host_pool_in_gb_not_a_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # SGLang's `--hicache-ratio 2.0` on an H200 asked for ~130 GB of pinned memory on a 128 GiB machine.
     monkeypatch.setattr(launcher, "available_host_memory_bytes", lambda: 120 * 1024**3)

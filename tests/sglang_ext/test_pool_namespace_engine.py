@@ -68,6 +68,7 @@ def two_dtypes(
                 served_model_name="tiny",
                 log_file=worker_state_dir / f"namespace-{dtype}.log",
                 cpu_threads=cores_per_worker(2),
+                gpu_share=2,
             )
         )
         for dtype in ("float32", "bfloat16")
