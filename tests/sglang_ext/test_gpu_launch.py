@@ -336,3 +336,26 @@ def test_the_plug_in_does_nothing_unless_enabled() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert result.stdout.strip() == "sglang untouched"
     assert result.stderr.count("sessiongate plug-in installed but not enabled") == 1
+
+
+# --- `sessiongate up` on a GPU machine ---------------------------------------------------------------------------
+
+
+def test_up_places_its_workers_and_shares_the_host_memory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sessiongate import up
+    from sessiongate.sglang_ext import hardware
+
+    monkeypatch.setattr(hardware, "gpu_ids", lambda: ["0"])
+    placements = up._gpu_placements(2)
+    assert [(p.gpu_id, p.mem_fraction_static, p.wait_before_next) for p in placements] == [
+        ("0", 0.425, True),
+        ("0", 0.739, True),
+    ]
+    assert "--mem-fraction-static 0.425" in capsys.readouterr().out
+    monkeypatch.setattr(hardware, "gpu_ids", lambda: [])
+    assert up._gpu_placements(2) == []  # no GPU: CPU workers, as before
+    monkeypatch.setattr(gpu_placement, "available_host_memory_bytes", lambda: 120 * 1024**3)
+    assert up._host_pool_gb(2, on_gpu=True) == 39
+    assert up._host_pool_gb(2, on_gpu=False) is None
