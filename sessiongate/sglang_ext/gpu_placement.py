@@ -20,6 +20,7 @@ Nothing here imports torch: it runs in the launcher's and the gateway's light pr
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,8 +120,12 @@ def available_host_memory_bytes(meminfo: Path = Path("/proc/meminfo"), cgroup: P
 
 
 def _mem_available(meminfo: Path) -> int:
-    for line in meminfo.read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name == "MemAvailable":
-            return int(value.split()[0]) * 1024
-    raise RuntimeError(f"no MemAvailable in {meminfo}")
+    """The kernel's `MemAvailable` (page cache counts as free); without it, the free pages."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "MemAvailable":
+                return int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))

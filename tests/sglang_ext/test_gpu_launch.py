@@ -108,6 +108,7 @@ def test_available_host_memory_is_bounded_by_the_cgroup(tmp_path: Path) -> None:
     (cgroup / "memory.max").write_text(f"{64 * 1024**3}\n")
     assert available_host_memory_bytes(meminfo, cgroup) == 54 * 1024**3
     assert available_host_memory_bytes() > 0  # this machine's
+    assert available_host_memory_bytes(tmp_path / "no-meminfo", cgroup) > 0  # the free pages instead
 
 
 # --- the GPU worker's command line and environment ----------------------------------------------------
