@@ -1,8 +1,10 @@
 """`sessiongate up`: the embedded default in one command.
 
 Starts N SGLang workers with the sessiongate extension (SmolLM2-135M-Instruct unless `--model` names another
-model or `--model-path` gives one; CPU engine flags where there is no GPU; on a GPU machine one GPU per worker,
-its KV pool sized by SGLang from the GPU's memory), all sharing one KV pool (`--pool`: a directory by default; with
+model or `--model-path` gives one; CPU engine flags where there is no GPU; on a GPU machine one GPU per worker
+where there are enough, else workers share GPUs with a split `--mem-fraction-static`, each started once the one
+before it on its GPU is ready; each worker's host KV pool is its share of the machine's host memory:
+`sglang_ext.gpu_placement`), all sharing one KV pool (`--pool`: a directory by default; with
 a checksum per page: `checked-file`; `mooncake`: a Mooncake Store, whose master `up` starts first), then the
 gateway on SQLite in front of them; waits until everything is ready, prints where it listens, optionally runs the
 demo, and stops every process it started on Ctrl-C or SIGTERM (or when one of them dies). A worker that dies or is
@@ -20,11 +22,14 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
 from .demo import run_demo
+
+if TYPE_CHECKING:
+    from sessiongate.sglang_ext.gpu_placement import GpuPlacement
 
 __all__ = ["run_up"]
 
@@ -123,8 +128,32 @@ def _describe(model_size: str) -> str:
     return f"the generated random-weight {model_size} model (its words are noise)"
 
 
+def _gpu_placements(workers: int) -> list[GpuPlacement]:
+    """Where each worker runs on this machine's GPUs (`gpu_placement`); empty on a machine without one."""
+    from sessiongate.sglang_ext.gpu_placement import place_workers
+    from sessiongate.sglang_ext.hardware import gpu_ids
+
+    gpus = gpu_ids()
+    if not gpus:
+        return []
+    placements = place_workers(workers, gpus)
+    shared = [f"{p.gpu_id} ({p.sharing} workers, --mem-fraction-static {p.mem_fraction_static})" for p in placements]
+    alone = all(p.sharing == 1 for p in placements)
+    print(f"GPUs: {', '.join(p.gpu_id for p in placements) if alone else '; '.join(shared)}", flush=True)
+    return placements
+
+
+def _host_pool_gb(workers: int, on_gpu: bool) -> int | None:
+    """On a GPU machine each worker's host KV pool (GB), decided once for all of them before any starts."""
+    if not on_gpu:
+        return None
+    from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, host_kv_pool_gb
+
+    return host_kv_pool_gb(workers, available_host_memory_bytes())
+
+
 def run_up(args: argparse.Namespace) -> int:
-    from sessiongate.sglang_ext.hardware import cores_per_worker, gpu_ids, gpus_for_workers
+    from sessiongate.sglang_ext.hardware import cores_per_worker
     from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
     from sessiongate.sglang_ext.mooncake import MasterConfig, start_master
     from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError, stop_all, wait_all_ready
@@ -145,18 +174,17 @@ def run_up(args: argparse.Namespace) -> int:
         pool = f"the Mooncake Store at {master.config.master_address}" if master else f"{args.pool} pool {pool_dir}"
         model = args.model_path or _describe(args.model_size)
         print(f"starting {args.workers} worker(s) with {model}, sharing {pool} ...", flush=True)
-        gpus = gpu_ids()
-        if gpus:
-            try:
-                gpus = gpus_for_workers(args.workers, gpus)
-            except ValueError as error:
-                print(f"sessiongate up: {error}", file=sys.stderr)
-                return 2
-            print(f"one GPU per worker: {', '.join(gpus)}", flush=True)
+        try:
+            placements = _gpu_placements(args.workers)
+            host_pool_gb = _host_pool_gb(args.workers, bool(placements))
+        except ValueError as error:
+            print(f"sessiongate up: {error}", file=sys.stderr)
+            return 2
         workers = []
         for i in range(args.workers):
             # Started one after another: the first one makes the model (SmolLM2: converts it once, ~20 s), the
             # others find it made.
+            place = placements[i] if placements else None
             config = WorkerConfig(
                 model_path=Path(args.model_path) if args.model_path else None,
                 model_size=args.model_size,
@@ -166,13 +194,19 @@ def run_up(args: argparse.Namespace) -> int:
                 pool_dir=pool_dir,
                 log_file=logs / f"worker-{i + 1}.log",
                 cpu_threads=cores_per_worker(args.workers),
-                device="cuda" if gpus else "cpu",
-                gpu_id=gpus[i] if gpus else None,
+                device="cuda" if place else "cpu",
+                gpu_id=place.gpu_id if place else None,
+                mem_fraction_static=place.mem_fraction_static if place else None,
+                machine_workers=args.workers,
+                hicache_size=host_pool_gb,
                 api_key=os.environ.get("SESSIONGATE_WORKER_API_KEY") or None,
             )
             worker = start_worker(master.config.pool_of(config) if master else config)
             started.append(worker)
             workers.append(worker)
+            if place is not None and place.wait_before_next:
+                # The next worker on this GPU sizes its share from what this one leaves free.
+                worker.wait_ready(timeout=600)
         wait_all_ready(workers, timeout=600)
         gateway = GatewayProcess(
             port=args.port,

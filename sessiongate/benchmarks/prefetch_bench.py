@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             max_total_tokens=max_total,
             chunked_prefill_size=2048,
             cpu_threads=cores_per_worker(2),
+            gpu_share=2,
             log_file=state / f"{name}.log",
             extra_args=("--context-length", str(longest + 64)),
         )

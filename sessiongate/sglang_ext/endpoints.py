@@ -7,8 +7,9 @@ context longer than the model's, token ids outside the vocabulary; 404: an unkno
 session operation), 500 `engine_error` when the engine raised (the scheduler logs it and keeps
 serving), 501 `unsupported` when the engine's cache cannot do a session operation, and 503 when
 the scheduler does not answer in time. The work itself happens on the scheduler
-(`internals.scheduler_ops`): these handlers validate, render chat messages into token ids, and
-make one call to it.
+(`internals.scheduler_ops`): these handlers validate, render chat messages into token ids, compute a session
+operation's L3 page hashes, and make one call to it, the token ids and hashes in compact forms (`call_payload`) so
+the scheduler's thread parses and hashes nothing large.
 
 `GET /load` is polled every 100-500 ms by the router: its request counts and device KV come from
 the load snapshot the scheduler publishes in shared memory (no round trip); host KV, prefetches
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from array import array
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -30,7 +32,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from sessiongate.sglang_ext import sglang_internals
-from sessiongate.sglang_ext.internals import http_ops
+from sessiongate.sglang_ext.call_payload import pack_hashes, pack_tokens
+from sessiongate.sglang_ext.internals import http_ops, kv_ops
 from sessiongate.sglang_ext.protocol import (
     ErrorDetail,
     ErrorResponse,
@@ -47,6 +50,7 @@ __all__ = ["STATS_WAIT_S", "Endpoints"]
 STATS_WAIT_S = 0.25
 FIRST_STATS_WAIT_S = 5.0
 CALL_TIMEOUT_S = 30.0
+DELETION_POLL_S = 0.005
 
 _STATUS_FIELDS = tuple(PrefetchStatus.model_fields)
 _SESSION_OPERATIONS = ("retain", "drop")
@@ -141,9 +145,11 @@ class Endpoints:
             )
         return body, input_ids
 
-    async def _call(self, op: str, call: dict[str, Any]) -> dict[str, Any] | JSONResponse:
+    async def _call(
+        self, op: str, call: dict[str, Any], tokens: bytes = b"", hashes: str = ""
+    ) -> dict[str, Any] | JSONResponse:
         try:
-            return await self._channel.call(op, call, wait_s=CALL_TIMEOUT_S)
+            return await self._channel.call(op, call, wait_s=CALL_TIMEOUT_S, tokens=tokens, hashes=hashes)
         except http_ops.CallFailed as error:
             status = {"not_found": 404, "unsupported": 501}.get(error.code, 500)
             return error_response(status, error.code, str(error))
@@ -158,14 +164,13 @@ class Endpoints:
         call = {
             "prefetch_id": uuid.uuid4().hex,
             "session_id": body.session_id,
-            "input_ids": input_ids,
             "cache_salt": body.cache_salt,
             "priority": body.priority,
             "ttl_ms": body.ttl_ms,
             "target": body.target,
             "await_pool_ms": body.await_pool_ms,
         }
-        record = await self._call("start", call)
+        record = await self._call("start", call, tokens=pack_tokens(input_ids))
         if isinstance(record, JSONResponse):
             return record
         accepted = PrefetchAccepted(
@@ -186,15 +191,35 @@ class Endpoints:
         body, input_ids = parsed
         call = {
             "session_id": session_id,
-            "input_ids": input_ids,
             "cache_salt": body.cache_salt,
             "priority": body.priority,
             "ttl_ms": body.ttl_ms,
         }
-        result = await self._call(operation, call)
+        # The L3 keys of the context's pages, hashed here (a thread of the HTTP process), not on the scheduler's.
+        hashes = await asyncio.to_thread(
+            kv_ops.context_page_hashes, array("q", input_ids), body.cache_salt, http_ops.model_facts().page_size
+        )
+        result = await self._call(operation, call, tokens=pack_tokens(input_ids), hashes=pack_hashes(hashes))
         if isinstance(result, JSONResponse):
             return result
+        ticket = result.pop("pool_deletion", None)
+        if ticket is not None:
+            deleted = await self._pool_deletion(str(ticket))
+            if isinstance(deleted, JSONResponse):
+                return deleted
+            result["storage_tokens"] = deleted
         return JSONResponse(KVOpResult(**result).model_dump(mode="json"))
+
+    async def _pool_deletion(self, ticket: str) -> int | JSONResponse:
+        """A drop's pool pages go on a thread of the scheduler process: ask until they are gone (the tokens)."""
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while True:
+            outcome = await self._call("pool_deletion", {"ticket": ticket})
+            if isinstance(outcome, JSONResponse) or outcome["done"]:
+                return outcome if isinstance(outcome, JSONResponse) else int(outcome["storage_tokens"])
+            if time.monotonic() > deadline:
+                return error_response(503, "scheduler_timeout", "the pool's deletions did not finish")
+            await asyncio.sleep(DELETION_POLL_S)
 
     async def _prefetch_call(self, op: str, prefetch_id: str) -> JSONResponse:
         record = await self._call(op, {"prefetch_id": prefetch_id})

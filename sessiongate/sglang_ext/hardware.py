@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["cores_per_worker", "gpu_count_present", "gpu_ids", "gpus_for_workers", "has_cuda"]
+__all__ = ["cores_per_worker", "gpu_count_present", "gpu_ids", "has_cuda"]
 
 _PROC_GPUS = Path("/proc/driver/nvidia/gpus")
 _DEV = Path("/dev")
@@ -82,22 +82,6 @@ def gpu_ids(environ: Mapping[str, str] | None = None, *, present: int | None = N
             break
         valid.append(entry)
     return valid
-
-
-def gpus_for_workers(workers: int, ids: list[str]) -> list[str]:
-    """One GPU each for `workers` workers on this machine, or a `ValueError` saying why not.
-
-    A worker holds most of its GPU's memory for its KV pool (SGLang's `--mem-fraction-static`), so two workers
-    never share one.
-    """
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    if workers > len(ids):
-        raise ValueError(
-            f"{workers} GPU workers need {workers} GPUs (one each), but this process may use {len(ids)} "
-            f"({', '.join(ids) or 'none'}; CUDA_VISIBLE_DEVICES narrows the list): start fewer workers"
-        )
-    return ids[:workers]
 
 
 def has_cuda(timeout: float = 10.0) -> bool:

@@ -71,6 +71,9 @@ class KVFate:
         self._prefetched: weakref.WeakKeyDictionary[TreeNodeLike, _Prefetched] = weakref.WeakKeyDictionary()
         self._held: weakref.WeakKeyDictionary[TreeNodeLike, _Hold] = weakref.WeakKeyDictionary()
         self._doomed: weakref.WeakSet[TreeNodeLike] = weakref.WeakSet()
+        # `id`s of every node that may have a mark (a superset: rebuilt by `sweep`), so that ranking an unmarked
+        # node, what nearly every node of an eviction's heap is, costs one set look-up (`might_be_marked`).
+        self._maybe_marked: set[int] = set()
 
     # --- marks ---------------------------------------------------------------------------------
 
@@ -84,15 +87,18 @@ class KVFate:
         for node in nodes:
             node.priority = max(int(node.priority), priority)
             self._prefetched[node] = _Prefetched(priority, now + ttl_s, node.last_access_time)
+            self._maybe_marked.add(id(node))
 
     def hold(self, nodes: Iterable[TreeNodeLike], priority: int, ttl_s: float, now: float) -> None:
         """Raise the nodes to at least `priority` until `now + ttl_s` (a later hold replaces it)."""
         for node in nodes:
             self._held[node] = _Hold(priority, now + ttl_s)
+            self._maybe_marked.add(id(node))
 
     def doom(self, nodes: Iterable[TreeNodeLike]) -> None:
         for node in nodes:
             self._doomed.add(node)
+            self._maybe_marked.add(id(node))
 
     def pardon_all(self) -> None:
         """End a drop: whatever could not go stays, ranked as before."""
@@ -104,6 +110,11 @@ class KVFate:
             self._held.pop(node, None)
 
     # --- reading -------------------------------------------------------------------------------
+
+    def might_be_marked(self, node: TreeNodeLike) -> bool:
+        """False: the node has no mark, its rank is `(1, node.priority, 0, 0.0)` (a few node ids of nodes gone
+        may answer True: then the full look-up decides)."""
+        return id(node) in self._maybe_marked
 
     def is_unused_prefetch(self, node: TreeNodeLike) -> bool:
         mark = self._prefetched.get(node)
@@ -168,3 +179,5 @@ class KVFate:
         for node, mark in list(self._prefetched.items()):
             if node.last_access_time > mark.settled_access:
                 del self._prefetched[node]
+        marked = [*self._prefetched.keys(), *self._held.keys(), *self._doomed]
+        self._maybe_marked = {id(node) for node in marked}

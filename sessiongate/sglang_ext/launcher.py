@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sessiongate.sglang_ext import parallelism
 from sessiongate.sglang_ext.cpu_compat import SITE_DIR
+from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, equal_gpu_fraction, host_kv_pool_gb
 from sessiongate.sglang_ext.hardware import has_cuda
 from sessiongate.sglang_ext.models import model_dir
 from sessiongate.sglang_ext.plugin import ENABLE_ENV, TINY_TOOL_CALL_PARSER
@@ -97,7 +98,16 @@ def resolve_config(config: WorkerConfig) -> WorkerConfig:
         # On CPU the named model's pool size; on a GPU None stays None: SGLang sizes the pool from the GPU's memory.
         max_total_tokens=config.effective_max_total_tokens if device == "cpu" else config.max_total_tokens,
         log_file=config.effective_log_file.resolve(),
+        # On a GPU the host pool's GB, decided once from what the machine has available now.
+        hicache_size=config.hicache_size if device == "cpu" else _host_pool_gb(config),
     )
+
+
+def _host_pool_gb(config: WorkerConfig) -> int | None:
+    """A GPU worker's `--hicache-size`: as given, else its share of the machine's available host memory."""
+    if config.hicache_size is not None or not config.hierarchical_cache:
+        return config.hicache_size
+    return host_kv_pool_gb(config.machine_workers, available_host_memory_bytes())
 
 
 def _on_cpu(config: WorkerConfig) -> bool:
@@ -139,7 +149,7 @@ def build_command(config: WorkerConfig) -> list[str]:
         "--max-running-requests": config.max_running_requests or (CPU_MAX_RUNNING_REQUESTS if on_cpu else None),
         "--chunked-prefill-size": config.chunked_prefill_size or (CPU_CHUNKED_PREFILL_SIZE if on_cpu else None),
         "--context-length": config.context_length,
-        "--mem-fraction-static": None if on_cpu else config.mem_fraction_static,
+        "--mem-fraction-static": None if on_cpu else _mem_fraction_static(config),
         "--nccl-port": config.nccl_port,
     }
     for flag, value in sizes.items():
@@ -168,13 +178,12 @@ def build_command(config: WorkerConfig) -> list[str]:
             str(DEFAULT_REQUEST_PRIORITY),
         ]
     if config.hierarchical_cache:
-        command += [
-            "--enable-hierarchical-cache",
-            "--hicache-ratio",
-            str(config.hicache_ratio),
-            "--hicache-write-policy",
-            "write_through",
-        ]
+        # On a GPU an explicit size: a ratio turns SGLang's host-memory sizing off and asks for ~2x the GPU's KV pool.
+        host_pool_gb = config.hicache_size if on_cpu else _host_pool_gb(config)
+        host_pool = (
+            ["--hicache-size", str(host_pool_gb)] if host_pool_gb else ["--hicache-ratio", str(config.hicache_ratio)]
+        )
+        command += ["--enable-hierarchical-cache", *host_pool, "--hicache-write-policy", "write_through"]
         io_backend = config.hicache_io_backend or ("direct" if on_cpu else None)
         if io_backend is not None:
             command += ["--hicache-io-backend", io_backend]
@@ -195,6 +204,13 @@ def build_command(config: WorkerConfig) -> list[str]:
                 # io backend already implies page_first_direct.)
                 command += ["--hicache-mem-layout", "page_first"]
     return command + list(config.extra_args)
+
+
+def _mem_fraction_static(config: WorkerConfig) -> float | None:
+    """As given; else, for workers sharing one GPU, an equal split of it; else SGLang's default (None)."""
+    if config.mem_fraction_static is not None or config.gpu_share == 1:
+        return config.mem_fraction_static
+    return equal_gpu_fraction(config.gpu_share)
 
 
 def _storage_extra_config(config: WorkerConfig) -> dict[str, object]:
@@ -280,15 +296,17 @@ def _shown(command: list[str]) -> str:
 def start_worker(config: WorkerConfig) -> WorkerProcess:
     """Start the SGLang server for `config` in its own process group; call `wait_ready()` next.
 
-    Raises `WorkerStartError` at once when the configuration asks for more than one scheduler rank
-    (`parallelism`) or a port is taken; the ports are released when the worker is stopped.
+    Raises `WorkerStartError` at once when the configuration asks for more than one scheduler rank or tokenizer
+    worker (`parallelism`), when a GPU machine's host memory leaves no host KV pool, or a port is taken; the ports
+    are released when the worker is stopped.
     """
-    refused = parallelism.refusal(
-        **{f"{name}_size": size for name, size in parallelism.parallel_sizes(config.extra_args).items()}
-    )
+    refused = parallelism.args_refusal(config.extra_args)
     if refused is not None:
         raise WorkerStartError(refused)
-    config = resolve_config(config)
+    try:
+        config = resolve_config(config)
+    except ValueError as error:
+        raise WorkerStartError(str(error)) from None
     env = build_env(config, os.environ)
     _ensure_model(config, env)
     log_file = config.effective_log_file

@@ -19,7 +19,8 @@ What it adds:
   calls constrained by JSON schema; see `sglang_internals.register_json_required_tool_parser`),
   which the launcher selects for the tiny random-weight models;
 - in every process: the extension's IPC types (`internals.ipc`), known to SGLang's codec;
-- in the HTTP server process: `GET /sessiongate/v1/info` (`WorkerInfo`), `GET .../load`,
+- in the HTTP server process: a check of SGLang's arguments before anything loads (`internals.startup_check`:
+  one scheduler rank, one tokenizer worker); `GET /sessiongate/v1/info` (`WorkerInfo`), `GET .../load`,
   `POST .../prefetch`, `GET`/`DELETE .../prefetch/{id}`, `POST .../sessions/{id}/retain` and
   `.../drop` (`endpoints`);
 - in each scheduler process: the hooks that run prefetches, session KV operations and count
@@ -96,6 +97,9 @@ def load_plugin() -> None:
     if _is_http_server_process():
         from sessiongate.sglang_ext.endpoints import Endpoints
         from sessiongate.sglang_ext.internals.http_ops import add_route
+        from sessiongate.sglang_ext.internals.startup_check import install_startup_check
+
+        install_startup_check()  # TP/PP/DP > 1 or several tokenizer workers: refused before the model loads
 
         sglang_internals.add_http_get_route(INFO_PATH, _info_endpoint)
         endpoints = Endpoints()

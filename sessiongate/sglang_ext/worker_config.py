@@ -108,7 +108,18 @@ class WorkerConfig(BaseSettings):
     hierarchical_cache: bool = True
     """HiCache: a host-memory tier under the device pool, written through, and the L3 storage below."""
     hicache_ratio: float = 2.0
-    """Host pool size as a multiple of the device pool."""
+    """On CPU: the host pool's size as a multiple of the device pool (SGLang's `--hicache-ratio`)."""
+    hicache_size: Positive | None = None
+    """The host pool in GB (SGLang's `--hicache-size`). None: on CPU `hicache_ratio`; on a GPU this machine's
+    available host memory, less a reserve, shared among `machine_workers` (`sglang_ext.gpu_placement`): a ratio
+    there asks for ~2x the GPU's KV pool in pinned memory, more than a 128 GiB machine has."""
+    gpu_share: Positive = 1
+    """On a GPU, when `mem_fraction_static` is None: how many workers share this worker's GPU; above 1 each asks
+    for an equal split of `gpu_placement.SHARED_GPU_FRACTION`, safe in whatever order they start (`sessiongate up`
+    places its workers itself: `gpu_placement.place_workers`)."""
+    machine_workers: Positive = 1
+    """How many workers share this machine's host memory (`sessiongate up` sets it): each one's host pool is a
+    share of it."""
     hicache_io_backend: str | None = None
     """None: `direct` on CPU (the only one without CUDA kernels), SGLang's default on GPU."""
     storage_backend: str | None = "file"

@@ -38,7 +38,9 @@ def workers(
     pool = root / "pool"
     # One model for both (the session's shared models directory): KV keys, and so the shared pool, are per model.
     configs = [
-        WorkerConfig(state_dir=root / name, port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2))
+        WorkerConfig(
+            state_dir=root / name, port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2), gpu_share=2
+        )
         for name in ("w1", "w2")
     ]
     with running_workers(*configs) as (first, second):

@@ -69,7 +69,9 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("signals-engine")
     pool = root / "pool"
-    first = WorkerConfig(state_dir=root / "w1", port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2))
+    first = WorkerConfig(
+        state_dir=root / "w1", port=free_port(), pool_dir=pool, cpu_threads=cores_per_worker(2), gpu_share=2
+    )
     processes = [start_worker(first)]
     try:
         # The same model (the first worker made it before starting): KV keys, and so the shared pool, are per model.
@@ -79,6 +81,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], in
             pool_dir=pool,
             model_path=model_dir(first.state_dir, first.model_size),
             cpu_threads=cores_per_worker(2),
+            gpu_share=2,
         )
         processes.append(start_worker(second))
         for process in processes:  # both start side by side

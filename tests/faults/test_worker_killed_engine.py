@@ -28,7 +28,11 @@ def workers(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], in
     started = [
         start_worker(
             WorkerConfig(
-                state_dir=state / str(i), port=free_port(), pool_dir=state / "pool", cpu_threads=cores_per_worker(2)
+                state_dir=state / str(i),
+                port=free_port(),
+                pool_dir=state / "pool",
+                cpu_threads=cores_per_worker(2),
+                gpu_share=2,
             )
         )
         for i in range(2)

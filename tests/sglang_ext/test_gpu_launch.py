@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sessiongate.sglang_ext import parallelism
-from sessiongate.sglang_ext.hardware import gpu_count_present, gpu_ids, gpus_for_workers
-from sessiongate.sglang_ext.launcher import build_command, build_env, start_worker
+from sessiongate.sglang_ext import gpu_placement, launcher, parallelism
+from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, host_kv_pool_gb, place_workers
+from sessiongate.sglang_ext.hardware import gpu_count_present, gpu_ids
+from sessiongate.sglang_ext.launcher import build_command, build_env, resolve_config, start_worker
 from sessiongate.sglang_ext.ports import PortClaims, PortTaken
 from sessiongate.sglang_ext.worker_config import WorkerConfig, parse_worker_config
 from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError, wait_all_ready
@@ -54,10 +55,60 @@ def test_cuda_visible_devices_narrows_the_gpus() -> None:
     assert gpu_ids({"CUDA_VISIBLE_DEVICES": "GPU-8f1c,GPU-77aa"}, present=2) == ["GPU-8f1c", "GPU-77aa"]
 
 
-def test_one_gpu_per_worker() -> None:
-    assert gpus_for_workers(2, ["0", "1", "2"]) == ["0", "1"]
-    with pytest.raises(ValueError, match="3 GPU workers need 3 GPUs"):
-        gpus_for_workers(3, ["0", "1"])
+def test_one_gpu_per_worker_where_there_are_enough() -> None:
+    placements = place_workers(2, ["0", "1", "2"])
+    assert [(p.gpu_id, p.mem_fraction_static, p.sharing, p.wait_before_next) for p in placements] == [
+        ("0", None, 1, False),
+        ("1", None, 1, False),
+    ]
+
+
+def test_workers_sharing_a_gpu_split_its_memory() -> None:
+    # Three workers on one GPU (the engine tests start two or three): SGLang's default would let each claim ~87%.
+    placements = place_workers(3, ["0"])
+    assert {p.gpu_id for p in placements} == {"0"}
+    assert all(p.sharing == 3 and p.wait_before_next for p in placements)
+    fractions = [p.mem_fraction_static for p in placements]
+    assert fractions == [0.283, 0.395, 0.653]
+    # Each asks for its fraction of what is free when it starts, the ones before it being up: together at most
+    # SHARED_GPU_FRACTION of the GPU.
+    free, taken = 1.0, 0.0
+    for fraction in fractions:
+        assert fraction is not None
+        taken += fraction * free
+        free -= fraction * free
+    assert taken <= gpu_placement.SHARED_GPU_FRACTION
+    # Three workers on two GPUs: round-robin, the GPU with two splits it, the one alone keeps SGLang's default.
+    two = place_workers(3, ["0", "1"])
+    assert [(p.gpu_id, p.sharing) for p in two] == [("0", 2), ("1", 1), ("0", 2)]
+    assert [p.mem_fraction_static for p in two] == [0.425, None, 0.739]
+    with pytest.raises(ValueError, match="no GPU"):
+        place_workers(1, [])
+
+
+def test_host_kv_pool_is_a_share_of_available_host_memory() -> None:
+    gib = 1024**3
+    # A 128 GiB machine with 120 GiB available: 0.7 x (120 - 16) GiB = 78 GB for one worker, 39 GB each for two.
+    assert host_kv_pool_gb(1, 120 * gib) == 78
+    assert host_kv_pool_gb(2, 120 * gib) == 39
+    assert host_kv_pool_gb(3, 120 * gib) == 26
+    with pytest.raises(ValueError, match="under 1 GB each"):
+        host_kv_pool_gb(4, 17 * gib)
+
+
+def test_available_host_memory_is_bounded_by_the_cgroup(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       134217728 kB\nMemFree:        1000 kB\nMemAvailable:   125829120 kB\n")
+    cgroup = tmp_path / "cgroup"
+    assert available_host_memory_bytes(meminfo, cgroup) == 120 * 1024**3  # no cgroup files: the kernel's figure
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text("max\n")
+    (cgroup / "memory.current").write_text(f"{10 * 1024**3}\n")
+    assert available_host_memory_bytes(meminfo, cgroup) == 120 * 1024**3
+    (cgroup / "memory.max").write_text(f"{64 * 1024**3}\n")
+    assert available_host_memory_bytes(meminfo, cgroup) == 54 * 1024**3
+    assert available_host_memory_bytes() > 0  # this machine's
+    assert available_host_memory_bytes(tmp_path / "no-meminfo", cgroup) > 0  # the free pages instead
 
 
 # --- the GPU worker's command line and environment ----------------------------------------------------
@@ -80,6 +131,42 @@ def test_a_gpu_worker_is_sized_by_sglang_from_its_gpu(tmp_path: Path) -> None:
     assert flag_value(command, "--mem-fraction-static") == "0.85"
     assert flag_value(command, "--context-length") == "32768"
     assert build_env(sized, {})["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_workers_started_side_by_side_on_one_gpu_split_it_equally(tmp_path: Path) -> None:
+    # The engine tests start two or three workers at once: each asks for an equal share, not SGLang's ~0.87.
+    config = WorkerConfig(state_dir=tmp_path, device="cuda", model_path=Path("org/model"), gpu_share=3)
+    assert flag_value(build_command(config), "--mem-fraction-static") == "0.283"
+    assert flag_value(build_command(config.replace(gpu_share=2)), "--mem-fraction-static") == "0.425"
+    assert flag_value(build_command(config.replace(mem_fraction_static=0.3)), "--mem-fraction-static") == "0.3"
+    assert "--mem-fraction-static" not in build_command(config.replace(gpu_share=1))
+    assert "--mem-fraction-static" not in build_command(config.replace(device="cpu"))
+
+
+def test_a_gpu_worker_asks_for_a_host_pool_in_gb_not_a_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SGLang's `--hicache-ratio 2.0` on an H200 asked for ~130 GB of pinned memory on a 128 GiB machine.
+    monkeypatch.setattr(launcher, "available_host_memory_bytes", lambda: 120 * 1024**3)
+    alone = build_command(WorkerConfig(state_dir=tmp_path, device="cuda", model_path=Path("org/model")))
+    assert "--hicache-ratio" not in alone
+    assert flag_value(alone, "--hicache-size") == "78"
+    three = WorkerConfig(state_dir=tmp_path, device="cuda", model_path=Path("org/model"), machine_workers=3)
+    assert flag_value(build_command(three), "--hicache-size") == "26"
+    assert flag_value(build_command(three.replace(hicache_size=12)), "--hicache-size") == "12"  # as given
+    resolved = resolve_config(three)
+    assert resolved.hicache_size == 26  # decided once, when the worker starts
+    monkeypatch.setattr(launcher, "available_host_memory_bytes", lambda: 8 * 1024**3)
+    assert flag_value(build_command(resolved), "--hicache-size") == "26"
+    with pytest.raises(WorkerStartError, match="under 1 GB each"):
+        start_worker(three)
+    assert not (tmp_path / "logs").exists()  # nothing was started
+    assert "--hicache-size" not in build_command(three.replace(hierarchical_cache=False))
+
+
+def test_a_cpu_worker_keeps_its_host_pool_ratio(tmp_path: Path) -> None:
+    command = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", machine_workers=2))
+    assert flag_value(command, "--hicache-ratio") == "2.0"
+    assert "--hicache-size" not in command
+    assert resolve_config(WorkerConfig(state_dir=tmp_path, device="cpu")).hicache_size is None
 
 
 def test_a_cpu_worker_keeps_its_small_sizes(tmp_path: Path) -> None:
@@ -126,6 +213,28 @@ def test_the_launcher_refuses_tp_before_starting_anything(tmp_path: Path) -> Non
     with pytest.raises(WorkerStartError, match="one scheduler rank"):
         start_worker(config)
     assert not (tmp_path / "logs").exists()  # nothing was started
+
+
+def test_several_tokenizer_workers_are_refused_before_starting_anything(tmp_path: Path) -> None:
+    # With --tokenizer-worker-num > 1 SGLang puts its API-key check on none of the extension's routes.
+    assert parallelism.args_refusal(["--tokenizer-worker-num", "1"]) is None
+    assert parallelism.args_refusal(["--tokenizer-worker-num=4"]) is not None
+    config = WorkerConfig(state_dir=tmp_path, device="cpu", extra_args=("--tokenizer-worker-num", "2"))
+    with pytest.raises(WorkerStartError, match="one tokenizer worker"):
+        start_worker(config)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_the_plug_in_refuses_sglang_arguments_it_cannot_run_with() -> None:
+    from types import SimpleNamespace
+
+    from sessiongate.sglang_ext.internals.startup_check import _after_check_server_args, refusal_for
+
+    assert refusal_for(SimpleNamespace(tp_size=1, pp_size=1, dp_size=1, tokenizer_worker_num=1)) is None
+    with pytest.raises(ValueError, match="tp=2"):
+        _after_check_server_args(None, SimpleNamespace(tp_size=2, pp_size=1, dp_size=1, tokenizer_worker_num=1))
+    with pytest.raises(ValueError, match="--tokenizer-worker-num 2"):
+        _after_check_server_args(None, SimpleNamespace(tp_size=1, pp_size=1, dp_size=1, tokenizer_worker_num=2))
 
 
 # --- ports ------------------------------------------------------------------------------------------------
@@ -228,3 +337,26 @@ def test_the_plug_in_does_nothing_unless_enabled() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert result.stdout.strip() == "sglang untouched"
     assert result.stderr.count("sessiongate plug-in installed but not enabled") == 1
+
+
+# --- `sessiongate up` on a GPU machine ---------------------------------------------------------------------------
+
+
+def test_up_places_its_workers_and_shares_the_host_memory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sessiongate import up
+    from sessiongate.sglang_ext import hardware
+
+    monkeypatch.setattr(hardware, "gpu_ids", lambda: ["0"])
+    placements = up._gpu_placements(2)
+    assert [(p.gpu_id, p.mem_fraction_static, p.wait_before_next) for p in placements] == [
+        ("0", 0.425, True),
+        ("0", 0.739, True),
+    ]
+    assert "--mem-fraction-static 0.425" in capsys.readouterr().out
+    monkeypatch.setattr(hardware, "gpu_ids", lambda: [])
+    assert up._gpu_placements(2) == []  # no GPU: CPU workers, as before
+    monkeypatch.setattr(gpu_placement, "available_host_memory_bytes", lambda: 120 * 1024**3)
+    assert up._host_pool_gb(2, on_gpu=True) == 39
+    assert up._host_pool_gb(2, on_gpu=False) is None

@@ -118,6 +118,15 @@ class Worker:
     def kv_op(self, operation: str, tokens: list[int], priority: int = 1, ttl_ms: int = 60_000) -> dict[str, Any]:
         body = {"session_id": "s", "input_ids": tokens, "priority": priority, "ttl_ms": ttl_ms}
         result: dict[str, Any] = getattr(self.extension, operation)(body)
+        ticket = result.pop("pool_deletion", None)
+        deadline = time.monotonic() + 10
+        while ticket is not None:  # the pool's files go on the janitor's thread; the HTTP process asks as here
+            deleted = self.extension.pool_deletion({"ticket": ticket})
+            if deleted["done"]:
+                result["storage_tokens"] = deleted["storage_tokens"]
+                break
+            assert time.monotonic() < deadline, "the pool deletion did not finish"
+            time.sleep(0.005)
         self.settle()
         return result
 

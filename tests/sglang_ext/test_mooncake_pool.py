@@ -72,6 +72,7 @@ def pool(worker_state_dir: Path, free_ports: Callable[[], int]) -> Iterator[Pool
                 mooncake_segment_bytes=SEGMENT_BYTES,
                 log_file=worker_state_dir / f"{name}.log",
                 cpu_threads=cores_per_worker(2),
+                gpu_share=2,
             )
             workers.append(start_worker(master_config.pool_of(config)))
         for worker in workers:

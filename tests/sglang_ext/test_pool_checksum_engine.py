@@ -65,6 +65,7 @@ def workers(
                 storage_backend=CHECKED_FILE_BACKEND,
                 log_file=worker_state_dir / f"{name}.log",
                 cpu_threads=cores_per_worker(2),
+                gpu_share=2,
             )
             started.append(start_worker(config))
         for worker in started:

@@ -46,6 +46,9 @@ def test_every_part_of_the_layout_changes_the_namespace() -> None:
         namespaced_model_name("tiny", _layout(kv_shape=(2, 4, 32, 1024))),
         namespaced_model_name("tiny", _layout(model='{"hidden_size": 256}')),
         namespaced_model_name("other", _layout()),
+        namespaced_model_name("tiny", _layout(kv_cache_dtype="fp8_e5m2/torch.float8_e5m2")),
+        namespaced_model_name("tiny", _layout(kv_scales="5a1e")),
+        namespaced_model_name("tiny", _layout(revision="0f1e")),
     ]
     assert len({base, *others}) == 1 + len(others)
 
@@ -65,6 +68,7 @@ def two_dtypes(
                 served_model_name="tiny",
                 log_file=worker_state_dir / f"namespace-{dtype}.log",
                 cpu_threads=cores_per_worker(2),
+                gpu_share=2,
             )
         )
         for dtype in ("float32", "bfloat16")

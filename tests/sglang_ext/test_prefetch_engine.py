@@ -57,6 +57,7 @@ def _start(state_dir: Path, pool_dir: Path, port: int, name: str) -> WorkerProce
         priority_eviction=True,
         log_file=state_dir / f"{name}.log",
         cpu_threads=cores_per_worker(2),
+        gpu_share=2,
     )
     return start_worker(config)
 

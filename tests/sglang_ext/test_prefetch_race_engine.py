@@ -46,6 +46,7 @@ def _config(state_dir: Path, pool_dir: Path, port: int, name: str) -> WorkerConf
         pool_dir=pool_dir,
         log_file=state_dir / f"{name}.log",
         cpu_threads=cores_per_worker(2),
+        gpu_share=2,
     )
 
 

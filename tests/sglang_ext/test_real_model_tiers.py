@@ -135,6 +135,7 @@ def _config(model_dir: Path, state_dir: Path, port: int, name: str, **fields: An
         port=port,
         log_file=state_dir / f"{name}.log",
         cpu_threads=cores_per_worker(2),
+        gpu_share=2,
         **fields,
     )
 

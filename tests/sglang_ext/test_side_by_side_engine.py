@@ -39,6 +39,7 @@ def test_workers_started_at_once_all_come_up(
                 model_path=tiny_model_dir,
                 storage_backend=None,
                 cpu_threads=cores_per_worker(WORKERS),
+                gpu_share=WORKERS,
             )
             started.append(start_worker(config))
         wait_all_ready(started, timeout=400)

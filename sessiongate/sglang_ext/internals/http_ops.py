@@ -62,6 +62,7 @@ class ModelFacts:
     served_model_name: str
     context_length: int
     vocab_size: int
+    page_size: int
 
 
 def model_facts() -> ModelFacts:
@@ -70,6 +71,7 @@ def model_facts() -> ModelFacts:
         served_model_name=str(manager.served_model_name),
         context_length=int(manager.context_len),
         vocab_size=int(manager.model_config.vocab_size),
+        page_size=int(manager.server_args.page_size),
     )
 
 
@@ -151,13 +153,18 @@ class SchedulerChannel:
         if future is not None and not future.done():
             future.set_result(reply)
 
-    async def call(self, op: str, body: dict[str, Any], wait_s: float = 30.0) -> dict[str, Any]:
+    async def call(
+        self, op: str, body: dict[str, Any], wait_s: float = 30.0, *, tokens: bytes = b"", hashes: str = ""
+    ) -> dict[str, Any]:
+        """`tokens` and `hashes`: a context in its compact forms (`call_payload`), beside the JSON `body`."""
         manager = self._attach()
         rid = f"sessiongate-call-{uuid.uuid4().hex}"
         future: asyncio.Future[SessiongateReply] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = future
         try:
-            manager._dispatch_to_scheduler(SessiongateCall(rid=rid, op=op, body=json.dumps(body)))
+            manager._dispatch_to_scheduler(
+                SessiongateCall(rid=rid, op=op, body=json.dumps(body), tokens=tokens, hashes=hashes)
+            )
             reply = await asyncio.wait_for(future, wait_s)
         finally:
             self._waiting.pop(rid, None)

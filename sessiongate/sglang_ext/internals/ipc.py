@@ -18,10 +18,13 @@ __all__ = ["SessiongateCall", "SessiongateReply", "register_types"]
 
 
 class SessiongateCall(BaseReq, kw_only=True):  # type: ignore[misc, call-arg]
-    """HTTP process -> scheduler: operation `op` with a JSON `body`; `rid` identifies the call."""
+    """HTTP process -> scheduler: operation `op` with a JSON `body`; `rid` identifies the call. A context's token
+    ids travel as `tokens` and its L3 page hashes as `hashes` (`call_payload`), not in the JSON."""
 
     op: str
     body: str
+    tokens: bytes = b""
+    hashes: str = ""
 
 
 class SessiongateReply(BaseReq, kw_only=True):  # type: ignore[misc, call-arg]

@@ -46,6 +46,7 @@ __all__ = [
     "drop_pages",
     "evictable_below",
     "install_fate_order",
+    "pool_page_deletion",
     "pool_pages_present",
     "session_pages",
     "tier_tokens",
@@ -70,6 +71,9 @@ class _FateOrder:
         self._clock = clock
 
     def get_priority(self, node: Any) -> tuple[Any, ...]:
+        # SGLang ranks every evictable leaf on each eviction: an unmarked node (nearly all) skips the fate's tables.
+        if not self._fate.might_be_marked(node):
+            return (1, int(node.priority), 0, 0.0, self.base.get_priority(node))
         return (*self._fate.eviction_rank(node, self._clock()), self.base.get_priority(node))
 
 
@@ -372,33 +376,45 @@ def pool_pages_present(cache: Any, hashes: list[str], probe: PoolProbe) -> int:
 
 
 def delete_pool_pages(cache: Any, hashes: list[str]) -> set[str]:
-    """Delete the pool's page files for these page hashes; the hashes whose pages went.
+    """Delete the pool's page files for these page hashes, on this thread; the hashes whose pages went."""
+    return pool_page_deletion(cache, hashes)()
+
+
+def pool_page_deletion(cache: Any, hashes: list[str]) -> Callable[[], set[str]]:
+    """What deleting these pages' files takes, split by thread: SGLang's record of stored pages is updated here (the
+    scheduler's thread, which reads it), and the returned call does the file system's part (one `unlink` per page)
+    on any thread (`pool_janitor`), returning the hashes whose pages went.
 
     Each file's name is computed from its hash as the backend names it (`_get_suffixed_key`: this worker's
     model namespace and rank), so the cost is one `unlink` per page, never a listing of the pool directory
-    (which holds every worker's pages and would block the scheduler for as long as it takes to read it).
-    The models served here keep KV pages only; other pools' pages (Mamba state) are not deleted.
+    (which holds every worker's pages and would block for as long as it takes to read it). The backend's own
+    records of a file (its metadata cache and evictor) lock for themselves. The models served here keep KV pages
+    only; other pools' pages (Mamba state) are not deleted.
     """
     backend = _storage_backend(cache)
     if backend is None or not hashes:
-        return set()
+        return set
     from sglang.srt.mem_cache.hicache_storage import HiCacheFile, PoolName
 
     if not isinstance(backend, HiCacheFile):
         raise Unsupported(f"deleting pages from the {type(backend).__name__} pool is not implemented")
-    deleted: set[str] = set()
-    for page_hash in dict.fromkeys(hashes):
-        stem = backend._get_suffixed_key(page_hash)
-        try:
-            os.remove(os.path.join(backend.file_path, f"{stem}.bin"))
-        except FileNotFoundError:
-            continue
-        deleted.add(page_hash)
-        if backend.metadata_cache is not None:
-            backend.metadata_cache.remove(stem)
-        # The evictor's own bookkeeping for a file that is gone: `abort` drops the entry and
-        # refunds its bytes (a no-op when the pool has no size cap).
-        backend._evictor.abort(stem)
     # SGLang remembers which pages it believes stored and skips writing them again.
     cache.storage_existence_cache.pool(PoolName.KV).invalidate_beyond(list(hashes), 0)
-    return deleted
+    pages = [(page_hash, backend._get_suffixed_key(page_hash)) for page_hash in dict.fromkeys(hashes)]
+
+    def delete() -> set[str]:
+        deleted: set[str] = set()
+        for page_hash, stem in pages:
+            try:
+                os.remove(os.path.join(backend.file_path, f"{stem}.bin"))
+            except FileNotFoundError:
+                continue
+            deleted.add(page_hash)
+            if backend.metadata_cache is not None:
+                backend.metadata_cache.remove(stem)
+            # The evictor's own bookkeeping for a file that is gone: `abort` drops the entry and
+            # refunds its bytes (a no-op when the pool has no size cap).
+            backend._evictor.abort(stem)
+        return deleted
+
+    return delete

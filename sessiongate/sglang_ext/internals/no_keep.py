@@ -11,7 +11,8 @@ A request whose SGLang `rid` starts with `protocol.NO_KEEP_RID_PREFIX` (the gate
   request is registered;
 - once it has finished, its own pages are dropped from device and host (`kv_ops.drop_pages`
   with the floor), retried every few tens of milliseconds while a lock (the write-through to host)
-  still holds them, for `SETTLE_S` after the finish; a page it shares with a context cached meanwhile stays.
+  still holds them, for `SETTLE_S` after the finish; a page it shares with a context cached meanwhile stays;
+  its pool pages that were written anyway are deleted on the janitor's thread (`pool_janitor`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from sessiongate.sglang_ext.internals import kv_ops
 from sessiongate.sglang_ext.kv_fate import KVFate
+from sessiongate.sglang_ext.pool_janitor import PoolJanitor
 from sessiongate.sglang_ext.protocol import NO_KEEP_RID_PREFIX
 
 __all__ = ["SETTLE_S", "NoKeepRequests"]
@@ -51,9 +53,10 @@ class _Request:
 class NoKeepRequests:
     """The no-keep requests of one scheduler, from arrival until their pages are gone."""
 
-    def __init__(self, cache: Any, fate: KVFate) -> None:
+    def __init__(self, cache: Any, fate: KVFate, janitor: PoolJanitor | None = None) -> None:
         self._cache = cache
         self._fate = fate
+        self._janitor = janitor
         self._requests: dict[str, _Request] = {}
         write_backup_storage = cache.write_backup_storage
 
@@ -127,6 +130,10 @@ class NoKeepRequests:
             request.token_ids(), request.req.cache_salt, page_size, request.req.extra_key
         )
         try:
-            kv_ops.delete_pool_pages(self._cache, hashes[request.floor_tokens // page_size :])
+            deletion = kv_ops.pool_page_deletion(self._cache, hashes[request.floor_tokens // page_size :])
+            if self._janitor is not None:
+                self._janitor.submit(deletion)  # off the scheduler's thread; nobody asks for the outcome
+            else:
+                deletion()
         except kv_ops.Unsupported as error:
             logger.warning("sessiongate: request %s: %s", request.req.rid, error)

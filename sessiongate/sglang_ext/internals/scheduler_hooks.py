@@ -9,8 +9,8 @@ plug-in loader applies before the scheduler is built (`install_scheduler_hooks`,
 - AFTER `Scheduler._add_request_to_queue`: a no-keep request is registered as it arrives (`no_keep`);
 - AFTER `Scheduler.get_new_batch_prefill`: a new prefill batch that reads pages a prefetch copy is still
   loading waits for that copy (`SchedulerExtension.guard_new_batch`);
-- AFTER `cache_controller.storage_model_name`: the pool's keys are namespaced by model, KV dtype, page
-  size, layout and KV shape (`sglang_ext.pool_namespace`).
+- AFTER `cache_controller.storage_model_name`: the pool's keys are namespaced by model and its revision, KV
+  cache dtype (FP8 variant included) and scales, page size, layout and KV shape (`sglang_ext.pool_namespace`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sessiongate.sglang_ext import parallelism
 from sessiongate.sglang_ext.internals import idle_wait
 from sessiongate.sglang_ext.internals.ipc import SessiongateCall
 from sessiongate.sglang_ext.internals.scheduler_ops import SchedulerExtension
-from sessiongate.sglang_ext.pool_namespace import PoolLayout, model_fingerprint, namespaced_model_name
+from sessiongate.sglang_ext.pool_namespace import namespaced_model_name, worker_pool_layout
 
 __all__ = ["SCHEDULER_MODULE", "install_scheduler_hooks"]
 
@@ -67,21 +67,12 @@ def _after_get_new_batch_prefill(result: Any, scheduler: Any, *args: Any, **kwar
         extension.guard_new_batch(result.batch_to_run)
 
 
-_KV_SHAPE_ATTRS = ("layer_num", "head_num", "head_dim", "kv_lora_rank", "qk_rope_head_dim", "size_per_token")
-
-
 def _namespaced_storage_model_name(result: Any, model_name: Any, host_pool: Any, *args: Any, **kwargs: Any) -> str:
     """AFTER SGLang's `storage_model_name`: the name every storage backend keys pages on, namespaced by how this
     worker lays its KV out (`pool_namespace`)."""
     from sglang.srt.runtime_context import get_server_args
 
-    layout = PoolLayout(
-        model=model_fingerprint(str(get_server_args().model_path)),
-        kv_dtype=str(getattr(host_pool, "dtype", None)),
-        page_size=int(getattr(host_pool, "page_size", 0)),
-        layout=str(getattr(host_pool, "layout", None)),
-        kv_shape=tuple(int(getattr(host_pool, name)) for name in _KV_SHAPE_ATTRS if hasattr(host_pool, name)),
-    )
+    layout = worker_pool_layout(get_server_args(), host_pool)
     name = namespaced_model_name(result, layout)
     logger.info("sessiongate: this worker's pages in the shared pool are keyed %s (%s)", name, layout)
     return name

@@ -26,15 +26,17 @@ import logging
 import time
 from array import array
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from sessiongate.sglang_ext.call_payload import unpack_hashes, unpack_tokens
 from sessiongate.sglang_ext.internals import idle_wait, kv_ops
 from sessiongate.sglang_ext.internals.ipc import SessiongateCall, SessiongateReply
 from sessiongate.sglang_ext.internals.no_keep import NoKeepRequests
 from sessiongate.sglang_ext.kv_budget import DemandItem, device_prefetch_quota
 from sessiongate.sglang_ext.kv_fate import KVFate
 from sessiongate.sglang_ext.load_metrics import LoadGauges
+from sessiongate.sglang_ext.pool_janitor import PoolJanitor
 from sessiongate.sglang_ext.pool_probe import PoolProbe
 from sessiongate.sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
 from sessiongate.sglang_ext.protocol import NO_KEEP_RID_PREFIX
@@ -45,6 +47,8 @@ __all__ = ["SchedulerExtension"]
 logger = logging.getLogger(__name__)
 
 _SAMPLE_INTERVAL_S = 0.05
+RETAIN_POOL_WAIT_S = 0.01
+"""The most a retain waits on the scheduler thread for the pool to say which of its pages it holds (then: 0)."""
 
 Phase = Literal["awaiting_pool", "storage", "resident", "awaiting_load", "load_back", "settled"]
 
@@ -87,6 +91,8 @@ class _Copy:
     start: int
     """Where the loaded pages begin in the context (tokens): a context's device-resident part is a
     prefix of it, so the load covers what follows."""
+    verdicts: dict[str, bool] = field(default_factory=dict)
+    """Per request id: does it read this copy's pages (`_reads_loading_pages`, decided once per request)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,21 @@ class _Residency:
     host_tokens: int
     last_host_node: Any
     best_match_node: Any
+
+
+def _token_ids(body: dict[str, Any]) -> array[int]:
+    """A call's context as the tree's key type: unpacked already (`handle_call`), or a JSON list (a direct call)."""
+    token_ids = body["input_ids"]
+    if isinstance(token_ids, array) and token_ids.typecode == "q":
+        return token_ids
+    return array("q", (int(token) for token in token_ids))
+
+
+def _agree(request_ids: Any, context: array[int], first: int, end: int) -> bool:
+    """Do a request's token ids (a list) and a context agree on [0, end)? The page at `first` decides most cases."""
+    if list(request_ids[first:end]) != context[first:end].tolist():
+        return False
+    return array("q", request_ids[:first]) == context[:first]  # arrays of one type compare without Python objects
 
 
 def _metrics_enabled() -> bool:
@@ -111,7 +132,8 @@ class SchedulerExtension:
         self._book = PrefetchBook()
         self._jobs: dict[str, _Job] = {}
         self._copies: list[_Copy] = []
-        self._pool_probe = PoolProbe()
+        self._pool_probe = PoolProbe(RETAIN_POOL_WAIT_S)
+        self._janitor = PoolJanitor()  # pool deletions, off this thread
         self._prefill = RateMeter()
         self._decode = RateMeter()
         self._last_sample = 0.0
@@ -122,13 +144,17 @@ class SchedulerExtension:
         self._fate_ordered = kv_ops.install_fate_order(self._cache, self._fate, time.monotonic)
         # Device tokens evicted to make room for prefetches, by what they were (`KVFate.rank_class`).
         self._evicted_for_prefetch: dict[str, int] = {}
-        self._no_keep = NoKeepRequests(self._cache, self._fate) if self._fate_ordered else None
+        self._no_keep = NoKeepRequests(self._cache, self._fate, self._janitor) if self._fate_ordered else None
 
     # --- IPC ---------------------------------------------------------------------------------
 
     def handle_call(self, call: SessiongateCall) -> SessiongateReply:
         try:
             body = json.loads(call.body)
+            if call.tokens:
+                body["input_ids"] = unpack_tokens(call.tokens)  # one copy, no parse (`call_payload`)
+            if call.hashes:
+                body["page_hashes"] = unpack_hashes(call.hashes)
             if call.op == "start":
                 result: dict[str, Any] = asdict(self.start(body))
             elif call.op == "status":
@@ -141,6 +167,8 @@ class SchedulerExtension:
                 result = self.retain(body)
             elif call.op == "drop":
                 result = self.drop(body)
+            elif call.op == "pool_deletion":
+                result = self.pool_deletion(body)
             else:
                 raise CallError("unknown_op", f"unknown operation {call.op!r}")
         except CallError as error:
@@ -200,7 +228,7 @@ class SchedulerExtension:
             raise CallError("conflict", f"prefetch {prefetch_id} exists")
         from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 
-        token_ids = array("q", (int(token) for token in body["input_ids"]))
+        token_ids = _token_ids(body)
         self._attempts += 1
         job = _Job(
             handle=CacheRequestHandle(rid=f"sessiongate-prefetch-{prefetch_id}", attempt_id=self._attempts),
@@ -229,7 +257,7 @@ class SchedulerExtension:
             # thread) until the pool holds them all, or the deadline, before reading it.
             job.phase = "awaiting_pool"
             job.pool_deadline = time.monotonic() + await_pool_s
-            job.pool_hashes = kv_ops.context_page_hashes(token_ids, job.cache_salt, page)
+            job.pool_hashes = self._page_hashes(body, token_ids, job.cache_salt)
         else:
             self._start_storage(job, residency)
         self._book.put(record)
@@ -414,8 +442,15 @@ class SchedulerExtension:
                 continue
             # The request's device prefix reaches past where the load begins; it goes through the
             # loaded nodes if it agrees with the prefetched context up to the first loaded page.
+            # Decided once per request and copy (a chunked prefill meets the guard once per chunk), the
+            # first loaded page first (64 tokens), the whole prefix compared in C only when that agrees.
             shared = min(prefix_len, copy.start + page)
-            if list(req.origin_input_ids[:shared]) == list(copy.token_ids[:shared]):
+            rid = str(req.rid)
+            verdict = copy.verdicts.get(rid)
+            if verdict is None:
+                verdict = _agree(req.origin_input_ids, copy.token_ids, max(shared - page, 0), shared)
+                copy.verdicts[rid] = verdict
+            if verdict:
                 return True
         return False
 
@@ -436,9 +471,16 @@ class SchedulerExtension:
                 "session KV operations need SGLang's UnifiedRadixCache with the Python tree core "
                 f"({kv_ops.PYTHON_TREE_CORE_ENV[0]}={kv_ops.PYTHON_TREE_CORE_ENV[1]})",
             )
-        token_ids = array("q", (int(token) for token in body["input_ids"]))
+        token_ids = _token_ids(body)
         cache_salt = body.get("cache_salt")
         return token_ids, cache_salt, kv_ops.session_pages(self._cache, token_ids, cache_salt)
+
+    def _page_hashes(self, body: dict[str, Any], token_ids: array[int], cache_salt: str | None) -> list[str]:
+        """The context's L3 page hashes: computed by the HTTP process (`endpoints`), here only for a direct call."""
+        hashes = body.get("page_hashes")
+        if hashes is not None:
+            return list(hashes)
+        return kv_ops.context_page_hashes(token_ids, cache_salt, self._page_size)
 
     def _kv_result(self, body: dict[str, Any], operation: str, tokens: int, **tiers: int) -> dict[str, Any]:
         return {"session_id": str(body["session_id"]), "operation": operation, "tokens": tokens, **tiers}
@@ -449,7 +491,7 @@ class SchedulerExtension:
         ttl_s = int(body["ttl_ms"]) / 1000
         self._fate.hold(pages.nodes, int(body["priority"]), ttl_s, time.monotonic())
         device, host = kv_ops.tier_tokens(pages)
-        hashes = kv_ops.context_page_hashes(token_ids, cache_salt, self._page_size)
+        hashes = self._page_hashes(body, token_ids, cache_salt)
         in_pool = kv_ops.pool_pages_present(self._cache, hashes, self._pool_probe) * self._page_size
         return self._kv_result(
             body, "retain", len(token_ids), device_tokens=device, host_tokens=host, storage_tokens=in_pool
@@ -464,27 +506,38 @@ class SchedulerExtension:
             record = self._book.get(prefetch_id)
             if record is not None and record.session_id == session_id:
                 self.cancel(prefetch_id)
-        hashes = kv_ops.context_page_hashes(token_ids, cache_salt, self._page_size)
+        hashes = self._page_hashes(body, token_ids, cache_salt)
         outcome, pool_hashes = kv_ops.drop_pages(self._cache, self._fate, pages, hashes)
         try:
-            deleted = kv_ops.delete_pool_pages(self._cache, pool_hashes)
+            # The files go on the janitor's thread: the reply carries its ticket, the caller asks for the outcome.
+            ticket: str | None = self._janitor.submit(kv_ops.pool_page_deletion(self._cache, pool_hashes))
         except kv_ops.Unsupported as error:
             logger.warning("sessiongate drop of %s: pool pages stay: %s", session_id, error)
-            deleted = set()
+            ticket = None
         if outcome.kept_in_use_tokens:
             logger.info(
                 "sessiongate drop of %s: %d tokens stay (held by a request or a transfer)",
                 session_id,
                 outcome.kept_in_use_tokens,
             )
-        return self._kv_result(
+        result = self._kv_result(
             body,
             "drop",
             len(token_ids),
             device_tokens=outcome.device_tokens,
             host_tokens=outcome.host_tokens,
-            storage_tokens=len(deleted) * self._page_size,
+            storage_tokens=0,
         )
+        if ticket is not None:
+            result["pool_deletion"] = ticket  # `storage_tokens` comes from `pool_deletion` once it is done
+        return result
+
+    def pool_deletion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A drop's pool deletion: `done`, and the tokens of the pages deleted (never waits)."""
+        deleted = self._janitor.outcome(str(body["ticket"]))
+        if deleted is None:
+            return {"done": False, "storage_tokens": 0}
+        return {"done": True, "storage_tokens": len(deleted) * self._page_size}
 
     def _evictable(self, priority: int) -> kv_ops.Evictable | None:
         """The device pages a prefetch of `priority` may displace (None where the eviction order is SGLang's own)."""
