@@ -35,6 +35,7 @@ from .keys_api import key_routes
 from .limits import TenantLimits
 from .metrics import GatewayMetrics
 from .middleware import BodyLimit, HeaderLimit, RequestContext
+from .openai_responses import create_response, delete_response, get_response, list_input_items
 from .openapi import openapi_json
 from .routing import RoutingPolicy
 from .sessions_api import (
@@ -64,6 +65,10 @@ def _routes() -> list[Route]:
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
         Route("/v1/sessions", create_session, methods=["POST"]),
         Route("/v1/sessions", list_sessions, methods=["GET"]),
         Route("/v1/sessions/{session_id}", get_session, methods=["GET"]),

@@ -34,6 +34,7 @@ __all__ = [
     "ApiKey",
     "Base",
     "IdempotencyKey",
+    "ResponseRow",
     "Session",
     "Tenant",
     "ToolCall",
@@ -233,6 +234,27 @@ class Advisory(Base):
     resolved_at: Mapped[datetime | None]
     turn_id: Mapped[str | None] = mapped_column(String(64), ForeignKey("turns.id", ondelete="SET NULL"))
     detail: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+
+
+class ResponseRow(Base):
+    """A stored Responses API response: the turn it was, in the session its chain is (`gateway/responses/`).
+
+    The response's context is read from the session's turns up to its turn; the row keeps what the turns do not:
+    the request's input items (for `input_items`), its `instructions` (not carried to the next response) and the
+    response object as it was answered."""
+
+    __tablename__ = "responses"
+    __table_args__ = (Index(None, "session_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(128))
+    session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id", ondelete="CASCADE"))
+    turn_id: Mapped[str] = mapped_column(String(64), ForeignKey("turns.id", ondelete="CASCADE"))
+    previous_response_id: Mapped[str | None] = mapped_column(String(64))
+    instructions: Mapped[str | None] = mapped_column(Text)
+    input_items: Mapped[list[dict[str, Any]]]
+    body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
 
 
 class Worker(Base):

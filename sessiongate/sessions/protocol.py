@@ -18,6 +18,7 @@ from .records import (
     InstanceLease,
     MissedTurn,
     Page,
+    ResponseRecord,
     SessionRecord,
     TenantRecord,
     ToolCallRecord,
@@ -73,6 +74,36 @@ class SessionStore(Protocol):
 
     async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
         """The conversation so far, as the model saw it (see `sessions.history`)."""
+        ...
+
+    # Responses API responses
+    async def create_response(
+        self,
+        response_id: str,
+        *,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        previous_response_id: str | None,
+        instructions: str | None,
+        input_items: Sequence[Mapping[str, Any]],
+        body: Mapping[str, Any],
+    ) -> ResponseRecord:
+        """Store a response as the turn `turn_id` of the session `session_id`."""
+        ...
+
+    async def get_response(self, response_id: str, *, tenant_id: str) -> ResponseRecord:
+        """The tenant's response; `ResponseNotFound` for another tenant's, as for one that does not exist."""
+        ...
+
+    async def response_context(
+        self, response_id: str, *, tenant_id: str
+    ) -> tuple[ResponseRecord, list[dict[str, Any]]]:
+        """The response and its session's context as it stood after its turn (what the next response continues)."""
+        ...
+
+    async def delete_response(self, response_id: str, *, tenant_id: str) -> tuple[ResponseRecord, bool]:
+        """Delete the response; the record, and whether it was its session's latest response."""
         ...
 
     # administration (across tenants)

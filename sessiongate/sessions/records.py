@@ -18,6 +18,7 @@ __all__ = [
     "InstanceLease",
     "MissedTurn",
     "Page",
+    "ResponseRecord",
     "SessionRecord",
     "TenantRecord",
     "ToolCallRecord",
@@ -37,6 +38,21 @@ class MissedTurn:
     tenant_id: str
     turn_id: str
     at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseRecord:
+    """A stored Responses API response: the turn of its chain's session it was, and what the turns do not keep."""
+
+    id: str
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    previous_response_id: str | None
+    instructions: str | None
+    input_items: list[dict[str, Any]]
+    body: dict[str, Any]
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from . import _convert as cv
-from . import advisories, history, idempotency, instances, keys, session_rows, turns
+from . import advisories, history, idempotency, instances, keys, responses, session_rows, turns
 from ._sql import insert_on_conflict
 from .database import create_engine, sqlite_file_engine
 from .errors import (
@@ -43,6 +43,7 @@ from .records import (
     InstanceLease,
     MissedTurn,
     Page,
+    ResponseRecord,
     SessionRecord,
     TenantRecord,
     ToolCallRecord,
@@ -204,6 +205,52 @@ class SqlSessionStore:
         async with self._transaction(write=False) as db:
             await session_rows.session_row(db, session_id, tenant_id)
             return history.context_messages(await turns.context_turns(db, session_id))
+
+    # Responses API responses (sessiongate/sessions/responses.py)
+
+    async def create_response(
+        self,
+        response_id: str,
+        *,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        previous_response_id: str | None,
+        instructions: str | None,
+        input_items: Sequence[Mapping[str, Any]],
+        body: Mapping[str, Any],
+    ) -> ResponseRecord:
+        async with self._transaction() as db:
+            return await responses.insert_response(
+                db,
+                response_id=response_id,
+                tenant_id=tenant_id,
+                session_id=session_id,
+                turn_id=turn_id,
+                previous_response_id=previous_response_id,
+                instructions=instructions,
+                input_items=input_items,
+                body=body,
+                created_at=self._clock(),
+            )
+
+    async def get_response(self, response_id: str, *, tenant_id: str) -> ResponseRecord:
+        async with self._transaction(write=False) as db:
+            return await responses.get_response(db, response_id, tenant_id)
+
+    async def response_context(
+        self, response_id: str, *, tenant_id: str
+    ) -> tuple[ResponseRecord, list[dict[str, Any]]]:
+        async with self._transaction(write=False) as db:
+            return await responses.response_context(db, response_id, tenant_id)
+
+    async def delete_response(self, response_id: str, *, tenant_id: str) -> tuple[ResponseRecord, bool]:
+        async with self._transaction() as db:
+            ids = await responses.session_responses(
+                db, (await responses.response_row(db, response_id, tenant_id)).session_id
+            )
+            record = await responses.delete_response(db, response_id, tenant_id)
+            return record, bool(ids) and ids[-1] == response_id
 
     # administration (across tenants)
 
