@@ -20,6 +20,8 @@ from .admin_api import AdminSessionPatch, RetainBody
 from .advisor.signals import AdviseBody, ToolResultBody, TypingBody, TypingWebhookBody
 from .advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from .keys_api import TENANT_ID_PATTERN, CreateKeyBody, TenantLimitsBody
+from .openai_responses import ResponsesBody
+from .openai_responses.openapi import RESPONSES_API_SCHEMAS
 from .openapi_responses import RESPONSE_SCHEMAS, list_of
 from .schemas import SESSION_ID_PATTERN, ChatCompletionBody, CreateSessionBody, UpdateSessionBody
 
@@ -139,6 +141,22 @@ _SESSION_HEADERS = [
 _ADMIN_ERRORS = ("400", "401", "403")
 
 
+_RESPONSE_PARAM = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _responses_create() -> dict[str, Any]:
+    """`POST /v1/responses`: a turn of the chain's session; `stream: true` answers with the Responses events."""
+    op = _op(
+        "OpenAI's Responses API: one turn of the session the response chain is",
+        ("200", _ref("Response")),
+        body="CreateResponseRequest",
+        params=_SESSION_HEADERS,
+        errors=("400", "401", "404", "409", "413", "429", "502", "503", "504"),
+    )
+    op["responses"]["200"]["content"]["text/event-stream"] = {"schema": _ref("ResponseEvent")}
+    return op
+
+
 def _session_op(summary: str, ok: tuple[str, dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """An operation of the tenant's on the session named in its path."""
     return _op(summary, ok, params=[_SESSION_PARAM], **fields)
@@ -156,6 +174,7 @@ def _admin_op(
 def _components() -> dict[str, Any]:
     models: dict[str, type[BaseModel]] = {
         "ChatCompletionRequest": ChatCompletionBody,
+        "CreateResponseRequest": ResponsesBody,
         "CreateSessionRequest": CreateSessionBody,
         "UpdateSessionRequest": UpdateSessionBody,
         "CreateKeyRequest": CreateKeyBody,
@@ -167,7 +186,7 @@ def _components() -> dict[str, Any]:
         "ToolResultRequest": ToolResultBody,
         "AdviseRequest": AdviseBody,
     }
-    schemas: dict[str, Any] = {"Error": _ERROR, "Session": _SESSION, **RESPONSE_SCHEMAS}
+    schemas: dict[str, Any] = {"Error": _ERROR, "Session": _SESSION, **RESPONSE_SCHEMAS, **RESPONSES_API_SCHEMAS}
     for name, model in models.items():
         schema = model.model_json_schema(ref_template=_REF)
         schemas.update(schema.pop("$defs", {}))
@@ -190,6 +209,27 @@ def openapi_document() -> dict[str, Any]:
                 params=_SESSION_HEADERS,
                 errors=("400", "401", "404", "409", "413", "429", "502", "503", "504"),
                 stream=True,
+            )
+        },
+        "/v1/responses": {"post": _responses_create()},
+        "/v1/responses/{response_id}": {
+            "get": _op("A stored response", ("200", r("Response")), params=[_RESPONSE_PARAM]),
+            "delete": _op(
+                "Delete a stored response (its chain's last: the session is closed)",
+                ("200", r("ResponseDeleted")),
+                params=[_RESPONSE_PARAM],
+            ),
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": _op(
+                "The input items of a stored response",
+                ("200", r("ResponseItemList")),
+                params=[
+                    _RESPONSE_PARAM,
+                    {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"}},
+                    {"name": "order", "in": "query", "required": False, "schema": {"enum": ["asc", "desc"]}},
+                    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+                ],
             )
         },
         "/v1/models": {"get": _op("The models the workers serve", ("200", list_of("Model")), errors=("401",))},
