@@ -127,6 +127,23 @@ def test_openai_sdk_example(gateway_url: str) -> None:
     assert second.group(2) == "typing"
 
 
+def test_agents_sdk_example(gateway_url: str) -> None:
+    """The OpenAI Agents SDK over `/v1/responses`: one chain, one session, its later turns cache hits."""
+    out = run([str(EXAMPLES / "agents_sdk.py")], gateway_url)
+    assert re.search(r"^\[1\] '.+'", out, re.MULTILINE), out
+    assert re.search(r"^\[2\] '.+'  \(streamed in [1-9]\d* deltas", out, re.MULTILINE), out
+    calc = re.search(r"^\[3\] calculator -> (\{.*\})  \(response", out, re.MULTILINE)
+    assert calc, out
+    result = json.loads(calc.group(1))
+    assert result["result"] == arithmetic(result["expression"])
+    turns = re.findall(r"turn (\d+): ok on \S+, prompt tokens (\d+), cached (\d+), context_reset (\w+)", out)
+    assert [t[0] for t in turns] == ["1", "2", "3"], out
+    assert all(t[3] == "False" for t in turns), out  # each response extends the one before: one context
+    # The second turn of the chain finds the first one's prompt in the worker's cache (whole 64-token pages).
+    assert int(turns[1][2]) >= 64, out
+    assert int(turns[2][2]) >= 64, out
+
+
 def test_langchain_example(gateway_url: str) -> None:
     out = run([str(EXAMPLES / "langchain_chat.py")], gateway_url)
     call = re.search(r"calculator\((.*?)\) = (\{.*?\})  \(tool result posted: advisory (\w+)\)", out)

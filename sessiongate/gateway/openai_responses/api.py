@@ -109,6 +109,12 @@ async def create_response(request: Request) -> Response:
     response_id, created_at = new_id("resp_"), int(time.time())
 
     async def store(final: dict[str, Any], headers: dict[str, str]) -> None:
+        """Annotate the final response with its turn, and store it (with `store: true`)."""
+        final["sessiongate"] = {
+            "session_id": headers.get("x-session-id", session_id),
+            "turn_id": headers.get("x-sessiongate-turn-id"),
+            "worker": headers.get("x-sessiongate-worker"),
+        }
         if body.store:
             await state.store.create_response(
                 response_id,
@@ -154,7 +160,7 @@ async def _complete(
         created_at=created_at,
     )
     await store(final, headers)
-    return JSONBytesResponse({**final, "sessiongate": answer.get("sessiongate")}, headers=headers)
+    return JSONBytesResponse(final, headers=headers)
 
 
 async def get_response(request: Request) -> Response:
