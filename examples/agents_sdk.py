@@ -112,7 +112,7 @@ async def main_async(args: argparse.Namespace) -> int:
             model=model,
             tools=[CALCULATOR],
             model_settings=ModelSettings(
-                temperature=0, max_tokens=args.max_tokens, tool_choice="calculator", parallel_tool_calls=False
+                temperature=0, max_tokens=2 * args.max_tokens, tool_choice="calculator", parallel_tool_calls=False
             ),
             tool_use_behavior="stop_on_first_tool",
         )

@@ -81,6 +81,7 @@ def serialize_turn(turn: sessions.TurnRecord) -> dict[str, Any]:
         "status": turn.status,
         "input_messages": turn.input_messages,
         "context_reset": turn.context_reset,
+        "session_source": turn.session_source,
         "output_message": turn.output_message,
         "finish_reason": turn.finish_reason,
         "model": turn.model,

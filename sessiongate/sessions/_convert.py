@@ -116,6 +116,7 @@ def turn_record(
         status=row.status,
         input_messages=list(row.input_messages),
         context_reset=row.context_reset,
+        session_source=getattr(row, "session_source", None),
         request=dict(row.request),
         output_message=row.output_message,
         finish_reason=row.finish_reason,

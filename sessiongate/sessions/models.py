@@ -133,7 +133,9 @@ class IdempotencyKey(Base):
 
 class Session(Base):
     __tablename__ = "sessions"
-    __table_args__ = (Index(None, "tenant_id", "last_active_at"),)
+    # (tenant_id, context_digest): a request that names no session is matched to the session whose context it
+    # extends (`find_extended_sessions`).
+    __table_args__ = (Index(None, "tenant_id", "last_active_at"), Index(None, "tenant_id", "context_digest"))
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(128), ForeignKey("tenants.id"))
@@ -194,6 +196,9 @@ class Turn(Base):
     # restarted replica fails the pending turns of its earlier runs at once; other replicas' turns are not its own.
     gateway_instance: Mapped[str | None] = mapped_column(String(128))
     gateway_run: Mapped[str | None] = mapped_column(String(32))
+    # How the request named its session: "header", "body", "inferred" (no name: its messages extended this
+    # session's context, `gateway/implicit.py`), "response" (a Responses API chain), "new" (none: a new session).
+    session_source: Mapped[str | None] = mapped_column(String(16))
 
     session: Mapped[Session] = relationship(back_populates="turns", lazy="raise")
     tool_calls: Mapped[list[ToolCall]] = relationship(

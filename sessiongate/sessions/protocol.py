@@ -76,6 +76,13 @@ class SessionStore(Protocol):
         """The conversation so far, as the model saw it (see `sessions.history`)."""
         ...
 
+    async def find_extended_sessions(
+        self, *, tenant_id: str, contexts: Sequence[tuple[str, int]], limit: int = 2
+    ) -> list[tuple[str, int]]:
+        """The tenant's active sessions whose context is one of `contexts` ((digest, length in messages)), as
+        (session id, context length), longest context first, at most `limit` of the longest length."""
+        ...
+
     # Responses API responses
     async def create_response(
         self,
@@ -139,6 +146,7 @@ class SessionStore(Protocol):
         create_session: bool = False,
         gateway_instance: str | None = None,
         gateway_run: str | None = None,
+        session_source: str | None = None,
     ) -> TurnRecord:
         """Record a request as a pending turn, storing only the messages new to the context, and the tool
         results among them. `InvalidTransition` if the session is closed.

@@ -171,6 +171,8 @@ class TurnRecord:
     # The session's priority as the turn began (read in the same statement that claimed its seq): what the
     # gateway sends the worker as the request's `priority`. 0 on records read back later.
     session_priority: int = 0
+    # How the request named its session ("header", "body", "inferred", "response", "new"); None before 0006.
+    session_source: str | None = None
     # Filled by `list_turns` once the advisor settled an advisory against the turn (settling runs after the turn
     # ends, so a turn read back at once may not have it yet); None on the records the turn's own writes return.
     advisory: TurnAdvisory | None = None

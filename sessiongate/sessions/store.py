@@ -206,6 +206,12 @@ class SqlSessionStore:
             await session_rows.session_row(db, session_id, tenant_id)
             return history.context_messages(await turns.context_turns(db, session_id))
 
+    async def find_extended_sessions(
+        self, *, tenant_id: str, contexts: Sequence[tuple[str, int]], limit: int = 2
+    ) -> list[tuple[str, int]]:
+        async with self._transaction(write=False) as db:
+            return await session_rows.find_extended_sessions(db, tenant_id, contexts, limit=limit)
+
     # Responses API responses (sessiongate/sessions/responses.py)
 
     async def create_response(
@@ -297,6 +303,7 @@ class SqlSessionStore:
         create_session: bool = False,
         gateway_instance: str | None = None,
         gateway_run: str | None = None,
+        session_source: str | None = None,
     ) -> TurnRecord:
         received_at = cv.aware(received_at, "received_at")
         if create_session:
@@ -313,6 +320,7 @@ class SqlSessionStore:
             gateway_instance=gateway_instance,
             gateway_run=gateway_run,
             memory=self._memory,
+            session_source=session_source,
         )
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:

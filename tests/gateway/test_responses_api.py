@@ -88,6 +88,7 @@ async def test_a_chain_is_one_session_and_its_second_turn_is_a_cache_hit(
     # The second turn extends the first: only its new message is stored, no context reset.
     assert turns[1]["context_reset"] is False
     assert turns[1]["input_messages"] == [{"role": "user", "content": "and again"}]
+    assert [t["session_source"] for t in turns] == ["new", "response"]
     assert turns[0]["input_messages"][0] == {"role": "system", "content": "Be brief."}
 
 
@@ -222,3 +223,23 @@ async def test_an_unknown_or_another_tenants_previous_response_is_the_same_404(
         await other.responses.delete(mine.id)
     with pytest.raises(openai.BadRequestError):
         await other.responses.create(model="m", input="x", tools=[{"type": "web_search"}])  # type: ignore[list-item]
+
+
+async def test_full_input_without_previous_response_id_is_inferred(
+    gateway_url: str, make_client: Callable[..., openai.AsyncOpenAI]
+) -> None:
+    """What the Agents SDK sends by default: the whole history as input items, no `previous_response_id`. The
+    chain's turns are still one session: the gateway infers it from the stored context the input extends."""
+    client = make_client(gateway_url)
+    first = await client.responses.create(model="m", instructions="Be brief.", input="tell me")
+    history: list[Any] = [
+        {"role": "user", "content": "tell me"},
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"role": "user", "content": "more"},
+    ]
+    second = await client.responses.create(model="m", instructions="Be brief.", input=history)
+    session_id = first.model_extra["sessiongate"]["session_id"]  # type: ignore[index]
+    assert second.model_extra["sessiongate"]["session_id"] == session_id  # type: ignore[index]
+    turns = await _turns(gateway_url, session_id)
+    assert [t["session_source"] for t in turns] == ["new", "inferred"]
+    assert turns[1]["input_messages"] == [{"role": "user", "content": "more"}]

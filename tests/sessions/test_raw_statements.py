@@ -28,6 +28,7 @@ def _turn_values(received_at: datetime) -> dict[str, object]:
         "received_at": received_at,
         "gateway_instance": None,
         "gateway_run": None,
+        "session_source": "inferred",
     }
 
 

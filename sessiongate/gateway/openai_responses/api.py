@@ -20,10 +20,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Message
 
 from sessiongate.gateway.auth import authenticate
-from sessiongate.gateway.chat import SESSION_HEADERS, chat_completions
+from sessiongate.gateway.chat import chat_completions
 from sessiongate.gateway.errors import InvalidRequest
+from sessiongate.gateway.implicit import SESSION_HEADERS, SESSION_SOURCE_KEY
 from sessiongate.gateway.responses import JSONBytesResponse
-from sessiongate.gateway.schemas import new_session_id, parse_json, validate, validate_session_id
+from sessiongate.gateway.schemas import parse_json, validate, validate_session_id
 from sessiongate.gateway.state import GatewayState, gateway_state
 
 from .convert import chat_tool_choice, chat_tools, input_messages, new_id, output_items, response_object
@@ -58,22 +59,29 @@ def _chat_body(body: ResponsesBody, messages: list[dict[str, Any]]) -> dict[str,
         chat["tools"] = tools
         if body.tool_choice is not None:
             chat["tool_choice"] = chat_tool_choice(body.tool_choice)
+        if body.parallel_tool_calls is not None:
+            chat["parallel_tool_calls"] = body.parallel_tool_calls
     if body.stream:
         chat["stream_options"] = {"include_usage": True}
     return chat
 
 
-def _chat_request(request: Request, session_id: str, chat: dict[str, Any]) -> Request:
-    """The internal chat request: the client's headers (its key, an idempotency key), the session named, the
-    chat body; after the body, `receive` is the client's (the relay watches it for a disconnect)."""
+def _chat_request(request: Request, session_id: str | None, source: str, chat: dict[str, Any]) -> Request:
+    """The internal chat request: the client's headers (its key, an idempotency key), the session named (none:
+    the chat path infers it or starts one), the chat body; after the body, `receive` is the client's (the relay
+    watches it for a disconnect)."""
     raw = orjson.dumps(chat)
     headers = [(k, v) for k, v in request.scope["headers"] if k not in _DROPPED_HEADERS]
-    headers += [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(raw)).encode()),
-        (b"x-session-id", session_id.encode()),
-    ]
-    scope = {**request.scope, "headers": headers, "path": _CHAT_PATH, "raw_path": _CHAT_PATH.encode()}
+    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    if session_id is not None:
+        headers.append((b"x-session-id", session_id.encode()))
+    scope = {
+        **request.scope,
+        "headers": headers,
+        "path": _CHAT_PATH,
+        "raw_path": _CHAT_PATH.encode(),
+        SESSION_SOURCE_KEY: source,
+    }
     sent = False
 
     async def receive() -> Message:
@@ -93,13 +101,15 @@ async def create_response(request: Request) -> Response:
     body = validate(ResponsesBody, raw)
     _refuse_unsupported(body)
     context: list[dict[str, Any]] = []
+    session_id: str | None
     if body.previous_response_id is not None:
         previous, context = await state.store.response_context(body.previous_response_id, tenant_id=tenant_id)
-        session_id = previous.session_id
+        session_id, source = previous.session_id, "response"
         if previous.instructions and context[:1] == [{"role": "system", "content": previous.instructions}]:
             context = context[1:]  # a response's instructions are not carried over to the next one
     else:
-        session_id = _session_from_headers(request) or new_session_id()
+        # Named by a header, or none: the chat path attaches the input to the session it extends, or starts one.
+        session_id, source = _session_from_headers(request), "header"
     new_messages, items = input_messages(body.input)
     if not new_messages:
         raise InvalidRequest("'input' must hold at least one message or function call output.", param="input")
@@ -111,7 +121,7 @@ async def create_response(request: Request) -> Response:
     async def store(final: dict[str, Any], headers: dict[str, str]) -> None:
         """Annotate the final response with its turn, and store it (with `store: true`)."""
         final["sessiongate"] = {
-            "session_id": headers.get("x-session-id", session_id),
+            "session_id": headers.get("x-session-id") or session_id,
             "turn_id": headers.get("x-sessiongate-turn-id"),
             "worker": headers.get("x-sessiongate-worker"),
         }
@@ -119,7 +129,7 @@ async def create_response(request: Request) -> Response:
             await state.store.create_response(
                 response_id,
                 tenant_id=tenant_id,
-                session_id=headers.get("x-session-id", session_id),
+                session_id=headers.get("x-session-id") or session_id or "",
                 turn_id=headers["x-sessiongate-turn-id"],
                 previous_response_id=body.previous_response_id,
                 instructions=body.instructions,
@@ -127,7 +137,7 @@ async def create_response(request: Request) -> Response:
                 body=final,
             )
 
-    inner = await chat_completions(_chat_request(request, session_id, chat))
+    inner = await chat_completions(_chat_request(request, session_id, source, chat))
     if inner.status_code != 200:
         return inner
     if body.stream:
