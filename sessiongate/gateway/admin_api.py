@@ -1,7 +1,7 @@
 """The admin API: sessions across tenants, their KV, workers, advisory statistics. Admin key only.
 
     GET    /v1/admin/sessions                  filters: tenant_id, state, active_after, active_before (ISO 8601),
-                                               min_priority, max_priority; limit, after (cursor)
+                                               min_priority, max_priority, min_prefix_breaks; limit, after (cursor)
     GET    /v1/admin/sessions/{id}             the session, its turns, tool calls, advisories, believed KV
     PATCH  /v1/admin/sessions/{id}             {"priority"}
     POST   /v1/admin/sessions/{id}/kv/retain   {"priority"?, "ttl_ms"?}: every routable worker keeps its KV
@@ -106,6 +106,7 @@ async def list_sessions(request: Request) -> Response:
         active_before=_query_time(request, "active_before"),
         min_priority=_query_int(request, "min_priority"),
         max_priority=_query_int(request, "max_priority"),
+        min_prefix_breaks=_query_int(request, "min_prefix_breaks", low=0, high=1_000_000),
         limit=_query_int(request, "limit", default=50, low=1, high=500) or 50,
         after=validate_session_id(after, param="after") if after is not None else None,
     )

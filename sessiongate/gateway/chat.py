@@ -27,6 +27,7 @@ from .errors import InvalidRequest, ServiceUnavailable, UpstreamError, WorkerRej
 from .idempotency import Claim, claim_idempotency
 from .implicit import SESSION_HEADERS, SESSION_SOURCE_KEY, infer_session
 from .limits import Admission
+from .prefix_breaks import note_prefix_break
 from .relay import StreamRelay
 from .responses import JSONBytesResponse
 from .schemas import ChatRequest, new_session_id, parse_json, validate_chat, validate_session_id
@@ -165,6 +166,8 @@ async def _chat_turn(
         # Another tenant's session: answer exactly as for an id that does not exist.
         raise sessions.SessionNotFound(session_id) from None
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
+    if turn.context_reset and turn.seq > 1:
+        await note_prefix_break(state, tenant_id, session_id, turn, body["messages"])
 
     if state.advisor.shared is not None:  # replicas: claim the session's advisory, read its KV belief
         await state.advisor.prepare_turn(session_id)

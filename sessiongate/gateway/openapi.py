@@ -58,6 +58,7 @@ _SESSION = {
         "created_at": {"type": ["string", "null"]},
         "last_active_at": {"type": ["string", "null"]},
         "turn_count": {"type": "integer"},
+        "prefix_breaks": {"type": "integer"},
     },
 }
 
@@ -124,6 +125,7 @@ _ADMIN_SESSION_FILTERS = [
     {"name": "active_before", "in": "query", "required": False, "schema": _TIME},
     {"name": "min_priority", "in": "query", "required": False, "schema": _PRIORITY},
     {"name": "max_priority", "in": "query", "required": False, "schema": _PRIORITY},
+    {"name": "min_prefix_breaks", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
     {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
     {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
 ]

@@ -151,6 +151,8 @@ class Session(Base):
     context_digest: Mapped[str] = mapped_column(String(64), default=EMPTY_DIGEST)
     context_length: Mapped[int] = mapped_column(default=0)
     context_seq: Mapped[int] = mapped_column(default=0)
+    # How many of its turns broke the context's prefix (`prefix_breaks.py`).
+    prefix_breaks: Mapped[int] = mapped_column(default=0, server_default=text("0"))
 
     turns: Mapped[list[Turn]] = relationship(
         back_populates="session", lazy="raise", passive_deletes=True, order_by="Turn.seq"
@@ -199,6 +201,8 @@ class Turn(Base):
     # How the request named its session: "header", "body", "inferred" (no name: its messages extended this
     # session's context, `gateway/implicit.py`), "response" (a Responses API chain), "new" (none: a new session).
     session_source: Mapped[str | None] = mapped_column(String(16))
+    # Where its resent history first differed from the stored context (`prefix_breaks.PrefixBreak`); None if not.
+    prefix_break: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
 
     session: Mapped[Session] = relationship(back_populates="turns", lazy="raise")
     tool_calls: Mapped[list[ToolCall]] = relationship(

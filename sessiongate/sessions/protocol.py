@@ -83,6 +83,10 @@ class SessionStore(Protocol):
         (session id, context length), longest context first, at most `limit` of the longest length."""
         ...
 
+    async def record_prefix_break(self, turn_id: str, *, session_id: str, detail: Mapping[str, Any]) -> None:
+        """Note on the turn where its resent history broke the session's context prefix, and count it."""
+        ...
+
     # Responses API responses
     async def create_response(
         self,
@@ -129,6 +133,7 @@ class SessionStore(Protocol):
         max_priority: int | None = None,
         limit: int = 50,
         after: str | None = None,
+        min_prefix_breaks: int | None = None,
     ) -> Page[SessionRecord]:
         """Sessions of any or one tenant matching every filter given, most recently active first (then id);
         `after` is the last id of the previous page."""

@@ -114,6 +114,7 @@ class SessionRecord:
     created_at: datetime
     last_active_at: datetime
     turn_count: int
+    prefix_breaks: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,6 +174,8 @@ class TurnRecord:
     session_priority: int = 0
     # How the request named its session ("header", "body", "inferred", "response", "new"); None before 0006.
     session_source: str | None = None
+    # Where its resent history first differed from the session's stored context (index, kind, tokens kept/lost).
+    prefix_break: dict[str, Any] | None = None
     # Filled by `list_turns` once the advisor settled an advisory against the turn (settling runs after the turn
     # ends, so a turn read back at once may not have it yet); None on the records the turn's own writes return.
     advisory: TurnAdvisory | None = None

@@ -135,6 +135,7 @@ async def search_sessions(
     max_priority: int | None,
     limit: int,
     after: str | None,
+    min_prefix_breaks: int | None = None,
 ) -> Page[SessionRecord]:
     """Sessions across tenants (administration), the most recently active first."""
     stmt = select(Session)
@@ -150,6 +151,8 @@ async def search_sessions(
         stmt = stmt.where(Session.priority >= min_priority)
     if max_priority is not None:
         stmt = stmt.where(Session.priority <= max_priority)
+    if min_prefix_breaks is not None:
+        stmt = stmt.where(Session.prefix_breaks >= min_prefix_breaks)
     return await newest_first(db, stmt, Session.last_active_at, after=after, limit=limit)
 
 

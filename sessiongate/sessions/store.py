@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, select, text, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -34,7 +34,7 @@ from .errors import (
 )
 from .group_commit import GroupCommitter
 from .memory import StoreMemory
-from .models import Session, ToolCall, Worker
+from .models import Session, ToolCall, Turn, Worker
 from .protocol import SessionStore
 from .records import (
     AdvisoryRecord,
@@ -212,6 +212,13 @@ class SqlSessionStore:
         async with self._transaction(write=False) as db:
             return await session_rows.find_extended_sessions(db, tenant_id, contexts, limit=limit)
 
+    async def record_prefix_break(self, turn_id: str, *, session_id: str, detail: Mapping[str, Any]) -> None:
+        async with self._transaction() as db:
+            await db.execute(update(Turn).where(Turn.id == turn_id).values(prefix_break=dict(detail)))
+            await db.execute(
+                update(Session).where(Session.id == session_id).values(prefix_breaks=Session.prefix_breaks + 1)
+            )
+
     # Responses API responses (sessiongate/sessions/responses.py)
 
     async def create_response(
@@ -275,6 +282,7 @@ class SqlSessionStore:
         max_priority: int | None = None,
         limit: int = 50,
         after: str | None = None,
+        min_prefix_breaks: int | None = None,
     ) -> Page[SessionRecord]:
         cv.check_limit(limit)
         async with self._transaction(write=False) as db:
@@ -288,6 +296,7 @@ class SqlSessionStore:
                 max_priority=max_priority,
                 limit=limit,
                 after=after,
+                min_prefix_breaks=min_prefix_breaks,
             )
 
     # turns
