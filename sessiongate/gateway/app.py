@@ -32,6 +32,7 @@ from .chat_route import ChatRoute
 from .errors import exception_handlers
 from .health import healthz, list_models, metrics, readyz
 from .keys_api import key_routes
+from .lifecycle import close_session, fork_session
 from .limits import TenantLimits
 from .metrics import GatewayMetrics
 from .middleware import BodyLimit, HeaderLimit, RequestContext
@@ -76,6 +77,8 @@ def _routes() -> list[Route]:
         Route("/v1/sessions/{session_id}", delete_session, methods=["DELETE"]),
         Route("/v1/sessions/{session_id}/turns", list_turns, methods=["GET"]),
         Route("/v1/sessions/{session_id}/messages", list_messages, methods=["GET"]),
+        Route("/v1/sessions/{session_id}/fork", fork_session, methods=["POST"]),
+        Route("/v1/sessions/{session_id}/close", close_session, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

@@ -20,6 +20,7 @@ from .admin_api import AdminSessionPatch, RetainBody
 from .advisor.signals import AdviseBody, ToolResultBody, TypingBody, TypingWebhookBody
 from .advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from .keys_api import TENANT_ID_PATTERN, CreateKeyBody, TenantLimitsBody
+from .lifecycle import ForkBody
 from .openai_responses import ResponsesBody
 from .openai_responses.openapi import RESPONSES_API_SCHEMAS
 from .openapi_responses import RESPONSE_SCHEMAS, list_of
@@ -177,6 +178,7 @@ def _components() -> dict[str, Any]:
     models: dict[str, type[BaseModel]] = {
         "ChatCompletionRequest": ChatCompletionBody,
         "CreateResponseRequest": ResponsesBody,
+        "ForkSessionRequest": ForkBody,
         "CreateSessionRequest": CreateSessionBody,
         "UpdateSessionRequest": UpdateSessionBody,
         "CreateKeyRequest": CreateKeyBody,
@@ -255,6 +257,18 @@ def openapi_document() -> dict[str, Any]:
         },
         "/v1/sessions/{session_id}/messages": {
             "get": _session_op("The session's context as chat messages", ("200", list_of("Message")))
+        },
+        "/v1/sessions/{session_id}/fork": {
+            "post": _session_op(
+                "A new session sharing this one's context (and KV) up to a turn",
+                ("201", _ref("Session")),
+                body="ForkSessionRequest",
+                body_required=False,
+                errors=("400", "401", "404", "409"),
+            )
+        },
+        "/v1/sessions/{session_id}/close": {
+            "post": _session_op("End the session and free its KV on every worker", ("200", _ref("Session")))
         },
         "/v1/sessions/{session_id}/typing": {
             "post": _session_op(

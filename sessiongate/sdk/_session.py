@@ -177,6 +177,15 @@ class Session(_SessionBase):
     def delete(self) -> SessionDeleted:
         return self._client.sessions.delete(self.id)
 
+    def fork(self, *, at_turn: int | None = None, child_id: str | None = None) -> Session:
+        """A new session sharing this one's context and its cached KV (up to turn `at_turn`; all by default)."""
+        return self._client.sessions.fork(self.id, at_turn=at_turn, child_id=child_id)
+
+    def close(self) -> SessionInfo:
+        """End the session and free its KV on every worker."""
+        self.info = self._client.sessions.close(self.id)
+        return self.info
+
 
 class AsyncSession(_SessionBase):
     """The async twin of `Session`."""
@@ -272,3 +281,12 @@ class AsyncSession(_SessionBase):
 
     async def delete(self) -> SessionDeleted:
         return await self._client.sessions.delete(self.id)
+
+    async def fork(self, *, at_turn: int | None = None, child_id: str | None = None) -> AsyncSession:
+        """A new session sharing this one's context and its cached KV (up to turn `at_turn`; all by default)."""
+        return await self._client.sessions.fork(self.id, at_turn=at_turn, child_id=child_id)
+
+    async def close(self) -> SessionInfo:
+        """End the session and free its KV on every worker."""
+        self.info = await self._client.sessions.close(self.id)
+        return self.info

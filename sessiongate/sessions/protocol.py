@@ -83,6 +83,19 @@ class SessionStore(Protocol):
         (session id, context length), longest context first, at most `limit` of the longest length."""
         ...
 
+    async def fork_session(
+        self,
+        parent_id: str,
+        *,
+        tenant_id: str,
+        child_id: str | None = None,
+        at_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[SessionRecord, int]:
+        """A new session of the tenant sharing the parent's context up to its turn `at_seq` (all of it by default):
+        the child and the number of context messages shared. `TurnNotFound` for a seq that is not an ok turn."""
+        ...
+
     async def record_prefix_break(self, turn_id: str, *, session_id: str, detail: Mapping[str, Any]) -> None:
         """Note on the turn where its resent history broke the session's context prefix, and count it."""
         ...

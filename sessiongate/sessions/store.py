@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from . import _convert as cv
-from . import advisories, history, idempotency, instances, keys, responses, session_rows, turns
+from . import advisories, forks, history, idempotency, instances, keys, responses, session_rows, turns
 from ._sql import insert_on_conflict
 from .database import create_engine, sqlite_file_engine
 from .errors import (
@@ -211,6 +211,28 @@ class SqlSessionStore:
     ) -> list[tuple[str, int]]:
         async with self._transaction(write=False) as db:
             return await session_rows.find_extended_sessions(db, tenant_id, contexts, limit=limit)
+
+    async def fork_session(
+        self,
+        parent_id: str,
+        *,
+        tenant_id: str,
+        child_id: str | None = None,
+        at_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[SessionRecord, int]:
+        child_id = cv.check_session_id(child_id) if child_id is not None else cv.new_id("sess_")
+        async with self._transaction() as db:
+            return await forks.fork_session(
+                db,
+                self._backend,
+                parent_id,
+                tenant_id=tenant_id,
+                child_id=child_id,
+                at_seq=at_seq,
+                metadata=metadata or {},
+                now=self._clock(),
+            )
 
     async def record_prefix_break(self, turn_id: str, *, session_id: str, detail: Mapping[str, Any]) -> None:
         async with self._transaction() as db:

@@ -130,6 +130,11 @@ async def test_every_operation_answers_as_documented(gateway: Gateway) -> None:
     await call("PATCH", s, "/v1/sessions/s1", json={"priority": 5, "metadata": {"b": 2}}, headers=tenant)
     await call("GET", s + "/turns", "/v1/sessions/s1/turns", headers=tenant)
     await call("GET", s + "/messages", "/v1/sessions/s1/messages", headers=tenant)
+    await call("POST", s + "/fork", "/v1/sessions/s1/fork", json={"session_id": "s1-fork"}, headers=tenant)
+    await call("POST", s + "/fork", "/v1/sessions/s1/fork", json={"at_turn": 0}, headers=tenant)  # 400
+    await call("POST", s + "/fork", "/v1/sessions/s1/fork", json={"session_id": "s1-fork"}, headers=tenant)  # 409
+    await call("POST", s + "/close", "/v1/sessions/s1-fork/close", headers=tenant)
+    await call("POST", s + "/close", "/v1/sessions/nope/close", headers=tenant)  # 404
     await call("POST", s + "/typing", "/v1/sessions/s1/typing", json={"state": "started"}, headers=tenant)
     await call("POST", s + "/typing", "/v1/sessions/s1/typing", json={"state": "sideways"}, headers=tenant)  # 400
     result = {"tool_call_id": calls[0]["id"], "content": "42"}

@@ -23,6 +23,7 @@ from sessiongate.gateway.auth import authenticate
 from sessiongate.gateway.chat import chat_completions
 from sessiongate.gateway.errors import InvalidRequest
 from sessiongate.gateway.implicit import SESSION_HEADERS, SESSION_SOURCE_KEY
+from sessiongate.gateway.lifecycle import close_and_free
 from sessiongate.gateway.responses import JSONBytesResponse
 from sessiongate.gateway.schemas import parse_json, validate, validate_session_id
 from sessiongate.gateway.state import GatewayState, gateway_state
@@ -183,7 +184,11 @@ async def get_response(request: Request) -> Response:
 async def delete_response(request: Request) -> Response:
     state = gateway_state(request)
     tenant_id = await authenticate(request, state.settings)
-    record, _last = await state.store.delete_response(request.path_params["response_id"], tenant_id=tenant_id)
+    record, last = await state.store.delete_response(request.path_params["response_id"], tenant_id=tenant_id)
+    if last:  # the chain's last response: its session ends, and its KV is freed everywhere
+        session = await state.store.get_session(record.session_id, tenant_id=tenant_id)
+        if session.state == "active":
+            await close_and_free(state, session)
     return JSONResponse({"id": record.id, "object": "response", "deleted": True})
 
 
