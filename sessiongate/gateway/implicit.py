@@ -8,8 +8,8 @@ message; one indexed query finds the tenant's active sessions among them, and th
 with that same context (two conversations that began alike) are ambiguous: the request starts a new session rather
 than guess. A first message has no such prefix, so it always starts a new session.
 
-Also here: the session headers other gateways and agents send, so their clients need no change (docs/sessions.md
-lists their sources).
+Also here: the session headers other gateways and agents send, so their clients need no change (docs/architecture.md,
+"Sessions without client changes", lists their sources).
 """
 
 from __future__ import annotations

@@ -15,12 +15,13 @@ from ._base import parse_response
 from ._endpoints import AdviseKind, Messages, ToolChoice, Tools, TypingState
 from ._session import AsyncSession, Session
 from ._session_types import (
+    SessionClosed,
     SessionDeleted,
-    SessionInfo,
     SessionPage,
     SignalResult,
     ToolResultReceipt,
     Turn,
+    parse_closed,
     parse_deleted,
     parse_session,
     parse_session_page,
@@ -91,9 +92,9 @@ class Sessions:
         info = self._client._request_parsed(ep.fork_session(session_id, at_turn, child_id, metadata), parse_session)
         return Session(self._client, info, self.messages(info.id))
 
-    def close(self, session_id: str) -> SessionInfo:
+    def close(self, session_id: str) -> SessionClosed:
         """End the session (later turns are refused) and free its KV on every worker."""
-        return self._client._request_parsed(ep.close_session(session_id), parse_session)
+        return self._client._request_parsed(ep.close_session(session_id), parse_closed)
 
     def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return self._client._request_parsed(ep.list_messages(session_id), _parse_messages)
@@ -151,9 +152,9 @@ class AsyncSessions:
         info = await self._client._request_parsed(request, parse_session)
         return AsyncSession(self._client, info, await self.messages(info.id))
 
-    async def close(self, session_id: str) -> SessionInfo:
+    async def close(self, session_id: str) -> SessionClosed:
         """End the session (later turns are refused) and free its KV on every worker."""
-        return await self._client._request_parsed(ep.close_session(session_id), parse_session)
+        return await self._client._request_parsed(ep.close_session(session_id), parse_closed)
 
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return await self._client._request_parsed(ep.list_messages(session_id), _parse_messages)

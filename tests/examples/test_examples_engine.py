@@ -144,6 +144,21 @@ def test_agents_sdk_example(gateway_url: str) -> None:
     assert int(turns[2][2]) >= 64, out
 
 
+def test_fork_subagents_example(gateway_url: str) -> None:
+    """Two forks of one context: each one's first turn finds the shared prefix in the real worker's cache, and
+    closing them drops their KV (the worker reports what it freed)."""
+    out = run([str(EXAMPLES / "fork_subagents.py")], gateway_url)
+    firsts = re.findall(r"first turn: worker \S+, prompt tokens (\d+), cached (\d+)", out)
+    assert len(firsts) == 2, out
+    for prompt, cached in firsts:
+        assert int(cached) >= 64, out  # at least a whole page of the shared context
+        assert int(cached) < int(prompt)
+    closed = re.findall(r"closed \S+ \(closed\): dropped (\d+) tokens of KV", out)
+    assert len(closed) == 2, out
+    assert all(int(tokens) > 0 for tokens in closed), out
+    assert re.search(r"load report \S+: device KV tokens used \d+ -> \d+", out), out
+
+
 def test_langchain_example(gateway_url: str) -> None:
     out = run([str(EXAMPLES / "langchain_chat.py")], gateway_url)
     call = re.search(r"calculator\((.*?)\) = (\{.*?\})  \(tool result posted: advisory (\w+)\)", out)
