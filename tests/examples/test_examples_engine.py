@@ -39,6 +39,9 @@ def worker(
         state_dir=tmp_path_factory.mktemp("examples-worker"),
         port=free_port(),
         max_total_tokens=4096,
+        # Session KV operations (a closed fork's drop in fork_subagents.py, the admin example's) need the extension's
+        # eviction order, which priority eviction installs (sglang_ext/internals/kv_ops.py).
+        priority_eviction=True,
     )
     with running_worker(config) as process:
         yield process

@@ -1,5 +1,5 @@
 """Fork and close through the real gateway (fake workers: what is tested is the gateway's own logic; the cache hit
-of a fork's first turn on a real worker is in tests/engine/test_responses_engine.py)."""
+of a fork's first turn on a real worker is in tests/examples/test_examples_engine.py, test_fork_subagents_example)."""
 
 from __future__ import annotations
 
