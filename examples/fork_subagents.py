@@ -3,8 +3,9 @@
 An orchestrator builds up a shared context (a long brief and a first answer), then forks two sub-agents from it.
 Each fork is a new session that shares the parent's context: its first request resends that context and adds its
 own task, so the worker finds the shared prefix in its cache (the turn reports it as cached tokens) instead of
-prefilling it again. When the sub-agents are done the orchestrator closes them: the gateway drops their KV on every
-worker and tier, and each worker answers with the tokens it found and freed. The workers' load report (read through
+prefilling it again. When the sub-agents are done the orchestrator closes them, then itself: the gateway drops
+their KV on every worker and tier, and each worker answers with the tokens it found and freed (closing the
+orchestrator frees its context and everything cached below it). The workers' load report (read through
 the admin API) is printed before and after: SGLang counts idle cached pages as free ("evictable"), so its
 `device_kv_tokens_used` counts only what running requests hold, and the freed pages show in the drop's answer.
 
@@ -88,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
             for tier in ("device", "host", "storage")
         }
         print(f"closed {sub.id} ({closed.info.state}): dropped {closed.dropped_tokens} tokens of KV, by tier {tiers}")
+        for entry in closed.dropped:
+            if "error" in entry:
+                print(f"    {entry['worker']} could not drop: {entry['error']}")
+    closed = orchestrator.close()
+    print(
+        f"closed {orchestrator.id} ({closed.info.state}): dropped {closed.dropped_tokens} tokens of KV (orchestrator)"
+    )
     time.sleep(1.5)
     after = device_used(admin)
     for worker, used in before.items():

@@ -148,8 +148,8 @@ def test_agents_sdk_example(gateway_url: str) -> None:
 
 
 def test_fork_subagents_example(gateway_url: str) -> None:
-    """Two forks of one context: each one's first turn finds the shared prefix in the real worker's cache, and
-    closing them drops their KV (the worker reports what it freed)."""
+    """Two forks of one context: each one's first turn finds the shared prefix in the real worker's cache; closing
+    the sessions drops their KV (the worker reports what it freed)."""
     out = run([str(EXAMPLES / "fork_subagents.py")], gateway_url)
     firsts = re.findall(r"first turn: worker \S+, prompt tokens (\d+), cached (\d+)", out)
     assert len(firsts) == 2, out
@@ -157,8 +157,11 @@ def test_fork_subagents_example(gateway_url: str) -> None:
         assert int(cached) >= 64, out  # at least a whole page of the shared context
         assert int(cached) < int(prompt)
     closed = re.findall(r"closed \S+ \(closed\): dropped (\d+) tokens of KV", out)
-    assert len(closed) == 2, out
-    assert all(int(tokens) > 0 for tokens in closed), out
+    assert len(closed) == 3, out
+    assert "could not drop" not in out, out  # every worker answered the drops
+    # The orchestrator's close frees its context and everything cached below it (the forks' pages too). A fork's
+    # own close reports 0 tokens on this worker (docs/architecture.md, "Sessions without client changes": open).
+    assert int(closed[2]) > 0, out
     assert re.search(r"load report \S+: device KV tokens used \d+ -> \d+", out), out
 
 
