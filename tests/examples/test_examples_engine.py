@@ -2,7 +2,9 @@
 `sessiongate serve` process on SQLite) in front of one real SGLang CPU worker serving SmolLM2-135M-Instruct.
 
 One worker and one gateway serve the whole module; each example's output is checked for what it claims to show
-(a tool's correct result, the advisory outcome of each turn, the admin operations' effects).
+(a tool's correct result, the advisory outcome of each turn, the admin operations' effects). The module's last
+tests use the same worker for what issue 29 asks of the real cache: a Responses chain's second turn, an inferred
+session's turn and the prefix before a prefix break are cache hits.
 """
 
 from __future__ import annotations
@@ -200,3 +202,60 @@ def test_demo(gateway_url: str) -> None:
     assert rows[3][5] in ("tool_call", "tool_result", "explicit")
     assert all(r[6] in ("used", "late", "wasted", "missed", "cancelled") for r in rows[1:])
     assert any(int(r[2]) + int(r[3]) > 0 for r in rows[1:])  # later turns found their context cached
+
+
+# Sessions without client changes on the real worker (issue 29): not examples, but about the cache, so they share
+# this module's one SmolLM2 worker and gateway.
+
+LONG_SYSTEM = (
+    "You are the geography assistant of a travel planning app. The user is planning a trip through Europe and asks "
+    "short questions about countries, their capitals, languages and currencies. Answer every question in one short, "
+    "factual sentence, without lists, without greetings and without repeating the question."
+)
+
+
+def test_responses_chain_second_turn_is_cached(gateway_url: str) -> None:
+    import openai
+
+    with openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="", max_retries=0) as client:
+        model = client.models.list().data[0].id
+        first = client.responses.create(
+            model=model, instructions=LONG_SYSTEM, input="What is the capital of France?", max_output_tokens=16
+        )
+        second = client.responses.create(
+            model=model,
+            instructions=LONG_SYSTEM,
+            input="And of Italy?",
+            previous_response_id=first.id,
+            max_output_tokens=16,
+        )
+    assert first.output_text
+    assert second.usage is not None
+    assert second.usage.input_tokens_details.cached_tokens >= 64  # a whole page of the chain's prompt
+
+
+def test_implicit_session_and_prefix_break_on_the_real_worker(gateway_url: str) -> None:
+    import httpx
+
+    with httpx.Client(base_url=gateway_url, timeout=120) as http:
+
+        def chat(messages: list[dict[str, str]], **headers: str) -> tuple[str, dict[str, str]]:
+            answer = http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 16}, headers=headers)
+            assert answer.status_code == 200, answer.text
+            return answer.headers["x-session-id"], answer.json()["choices"][0]["message"]
+
+        history = [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "Capital of Spain?"}]
+        first, reply = chat(history)
+        history += [{"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "And Portugal?"}]
+        second, reply = chat(history)  # no session header: inferred from the stored context
+        assert second == first
+        # The client rewrites the first answer and goes on in the same (named) session: a prefix break.
+        edited = [*history[:2], {"role": "assistant", "content": "Madrid, of course."}, history[3]]
+        chat([*edited, {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "France?"}],
+             **{"x-session-id": first})  # fmt: skip
+        turns = http.get(f"/v1/sessions/{first}/turns").json()["data"]
+    assert [t["session_source"] for t in turns] == ["new", "inferred", "header"]
+    assert turns[1]["usage"]["cached_tokens"] >= 64  # routed with its KV in mind: the first turn's pages hit
+    found = turns[2]["prefix_break"]
+    assert (found["index"], found["kind"]) == (2, "assistant_edited")
+    assert turns[2]["usage"]["cached_tokens"] >= 64  # the prefix before the break is still cached
