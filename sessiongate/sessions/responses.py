@@ -8,11 +8,10 @@ see exactly the context that response saw.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from . import history
@@ -20,7 +19,13 @@ from .errors import ResponseNotFound
 from .models import ResponseRow, Turn
 from .records import ResponseRecord
 
-__all__ = ["delete_response", "insert_response", "response_context", "response_row", "session_responses"]
+__all__ = [
+    "delete_response",
+    "insert_response_sync",
+    "response_context_sync",
+    "response_row",
+    "session_responses",
+]
 
 
 def _record(row: ResponseRow) -> ResponseRecord:
@@ -37,35 +42,6 @@ def _record(row: ResponseRow) -> ResponseRecord:
     )
 
 
-async def insert_response(
-    db: AsyncSession,
-    *,
-    response_id: str,
-    tenant_id: str,
-    session_id: str,
-    turn_id: str,
-    previous_response_id: str | None,
-    instructions: str | None,
-    input_items: Sequence[Mapping[str, Any]],
-    body: Mapping[str, Any],
-    created_at: datetime,
-) -> ResponseRecord:
-    row = ResponseRow(
-        id=response_id,
-        tenant_id=tenant_id,
-        session_id=session_id,
-        turn_id=turn_id,
-        previous_response_id=previous_response_id,
-        instructions=instructions,
-        input_items=[dict(item) for item in input_items],
-        body=dict(body),
-        created_at=created_at,
-    )
-    db.add(row)
-    await db.flush()
-    return _record(row)
-
-
 async def response_row(db: AsyncSession, response_id: str, tenant_id: str) -> ResponseRow:
     """The tenant's response; `ResponseNotFound` for another tenant's, as for one that does not exist."""
     row = await db.scalar(select(ResponseRow).where(ResponseRow.id == response_id, ResponseRow.tenant_id == tenant_id))
@@ -76,22 +52,6 @@ async def response_row(db: AsyncSession, response_id: str, tenant_id: str) -> Re
 
 async def get_response(db: AsyncSession, response_id: str, tenant_id: str) -> ResponseRecord:
     return _record(await response_row(db, response_id, tenant_id))
-
-
-async def response_context(
-    db: AsyncSession, response_id: str, tenant_id: str
-) -> tuple[ResponseRecord, list[dict[str, Any]]]:
-    """The response and the context its chain continues from (see the module docstring)."""
-    row = await response_row(db, response_id, tenant_id)
-    seq = await db.scalar(select(Turn.seq).where(Turn.id == row.turn_id))
-    turns = (
-        await db.execute(
-            select(Turn.seq, Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message)
-            .where(Turn.session_id == row.session_id, Turn.status == "ok", Turn.seq <= (seq or 0))
-            .order_by(Turn.seq)
-        )
-    ).all()
-    return _record(row), history.context_messages(turns)
 
 
 async def session_responses(db: AsyncSession, session_id: str) -> list[str]:
@@ -107,3 +67,39 @@ async def delete_response(db: AsyncSession, response_id: str, tenant_id: str) ->
     record = _record(row)
     await db.delete(row)
     return record
+
+
+# The per-request path: plain `Connection` work, run by the store's `_per_request` (on an SQLite file, in the group
+# commit's transaction on its thread, without aiosqlite's hop per statement), as a chat turn's own writes are.
+
+
+def insert_response_sync(conn: Connection, values: Mapping[str, Any]) -> None:
+    conn.execute(insert(ResponseRow).values(**values))
+
+
+def response_context_sync(
+    conn: Connection, response_id: str, tenant_id: str
+) -> tuple[ResponseRecord, list[dict[str, Any]]]:
+    row = conn.execute(
+        select(ResponseRow).where(ResponseRow.id == response_id, ResponseRow.tenant_id == tenant_id)
+    ).first()
+    if row is None:
+        raise ResponseNotFound(response_id)
+    seq = conn.scalar(select(Turn.seq).where(Turn.id == row.turn_id))
+    turns = conn.execute(
+        select(Turn.seq, Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message)
+        .where(Turn.session_id == row.session_id, Turn.status == "ok", Turn.seq <= (seq or 0))
+        .order_by(Turn.seq)
+    ).all()
+    record = ResponseRecord(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        session_id=row.session_id,
+        turn_id=row.turn_id,
+        previous_response_id=row.previous_response_id,
+        instructions=row.instructions,
+        input_items=[dict(item) for item in row.input_items],
+        body=dict(row.body),
+        created_at=row.created_at,
+    )
+    return record, history.context_messages(turns)

@@ -255,19 +255,30 @@ class SqlSessionStore:
         input_items: Sequence[Mapping[str, Any]],
         body: Mapping[str, Any],
     ) -> ResponseRecord:
-        async with self._transaction() as db:
-            return await responses.insert_response(
-                db,
-                response_id=response_id,
-                tenant_id=tenant_id,
-                session_id=session_id,
-                turn_id=turn_id,
-                previous_response_id=previous_response_id,
-                instructions=instructions,
-                input_items=input_items,
-                body=body,
-                created_at=self._clock(),
-            )
+        record = ResponseRecord(
+            id=response_id,
+            tenant_id=tenant_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            previous_response_id=previous_response_id,
+            instructions=instructions,
+            input_items=[dict(item) for item in input_items],
+            body=dict(body),
+            created_at=self._clock(),
+        )
+        values = {
+            "id": record.id,
+            "tenant_id": record.tenant_id,
+            "session_id": record.session_id,
+            "turn_id": record.turn_id,
+            "previous_response_id": record.previous_response_id,
+            "instructions": record.instructions,
+            "input_items": record.input_items,
+            "body": record.body,
+            "created_at": record.created_at,
+        }
+        await self._per_request(responses.insert_response_sync, values)
+        return record
 
     async def get_response(self, response_id: str, *, tenant_id: str) -> ResponseRecord:
         async with self._transaction(write=False) as db:
@@ -276,8 +287,7 @@ class SqlSessionStore:
     async def response_context(
         self, response_id: str, *, tenant_id: str
     ) -> tuple[ResponseRecord, list[dict[str, Any]]]:
-        async with self._transaction(write=False) as db:
-            return await responses.response_context(db, response_id, tenant_id)
+        return await self._per_request(responses.response_context_sync, response_id, tenant_id)
 
     async def delete_response(self, response_id: str, *, tenant_id: str) -> tuple[ResponseRecord, bool]:
         async with self._transaction() as db:
