@@ -61,11 +61,20 @@ __all__ = ["BenchConfig", "main", "markdown", "run_benchmark", "streamed_content
 
 DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER = "direct", "sessiongate", "smg", "sglang-router"
 PYTHON_FLOOR = "python-floor"
-SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER, PYTHON_FLOOR)
+# The same sessiongate process driven through `/v1/responses` (`--api responses`): each turn names the previous
+# response and sends only its new message; the gateway rebuilds the prompt from the stored turns.
+SESSIONGATE_RESPONSES = "sessiongate-responses"
+SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER, PYTHON_FLOOR, SESSIONGATE_RESPONSES)
 # The Rust gateways sessiongate is compared with, the current one first.
 RUST_GATEWAYS = (SMG, SGLANG_ROUTER)
 # The rows each table of ratios divides (numerator, denominator).
-RATIOS = ((SESSIONGATE, SMG), (SESSIONGATE, SGLANG_ROUTER), (PYTHON_FLOOR, SMG), (SESSIONGATE, PYTHON_FLOOR))
+RATIOS = (
+    (SESSIONGATE, SMG),
+    (SESSIONGATE, SGLANG_ROUTER),
+    (PYTHON_FLOOR, SMG),
+    (SESSIONGATE, PYTHON_FLOOR),
+    (SESSIONGATE_RESPONSES, SESSIONGATE),
+)
 MODES = ("non-streamed", "streamed")
 MODEL = "fake-model"
 # About 1 KB, like an agent's system prompt, so bodies have a realistic size from the first turn.
@@ -86,6 +95,9 @@ class BenchConfig:
     with_sglang_router: bool = True
     # Also run the Python floor (`benchmarks.floor_proxy`): a bare proxy on sessiongate's server and HTTP client.
     with_floor: bool = True
+    # "chat" (chat completions only) or "responses" (also a `sessiongate-responses` row: the same gateway through
+    # `/v1/responses`, each turn chained by `previous_response_id`).
+    api: str = "chat"
 
 
 @dataclass
@@ -108,6 +120,8 @@ class Figures:
 
 class Conversation:
     """One slot's sessions against one system: a session of `turns` turns, then a fresh one."""
+
+    path = "/v1/chat/completions"
 
     def __init__(self, label: str, turns: int) -> None:
         self._label, self._turns = label, turns
@@ -138,6 +152,55 @@ class Conversation:
     def failed(self) -> None:
         self.messages.pop()  # the unanswered user message; the next request asks again
 
+    def read(self, payload: bytes, *, stream: bool) -> str:
+        """The answer's text (`ValueError` if it is not a complete answer)."""
+        return streamed_content(payload) if stream else orjson.loads(payload)["choices"][0]["message"]["content"]
+
+
+class ResponsesConversation(Conversation):
+    """The same conversations through `/v1/responses`: instructions, the new message, the previous response's id."""
+
+    path = "/v1/responses"
+
+    def _start(self) -> None:
+        super()._start()
+        self.previous: str | None = None
+        self.pending: str | None = None
+
+    def next_request(self, *, stream: bool, max_tokens: int) -> tuple[bytes, dict[str, str]]:
+        if len(self.messages) > 2 * self._turns:
+            self._start()
+        turn = len(self.messages) // 2
+        message = f"Turn {turn}: open src/module_{turn}.py and go on."
+        self.messages.append({"role": "user", "content": message})
+        body: dict[str, Any] = {
+            "model": MODEL,
+            "instructions": _SYSTEM_PROMPT,
+            "input": message,
+            "max_output_tokens": max_tokens,
+            "stream": stream,
+        }
+        if self.previous is not None:
+            body["previous_response_id"] = self.previous
+        return orjson.dumps(body), {"content-type": "application/json"}
+
+    def read(self, payload: bytes, *, stream: bool) -> str:
+        if stream:
+            events = [event.json() for event in parse_events(payload)]
+            if not events or events[-1].get("type") != "response.completed":
+                raise ValueError("stream ended without response.completed")
+            response = events[-1]["response"]
+        else:
+            response = orjson.loads(payload)
+        self.pending = str(response["id"])
+        return "".join(
+            part.get("text", "") for item in response["output"] for part in item.get("content") or () if part
+        )
+
+    def answered(self, content: str) -> None:
+        super().answered(content)
+        self.previous = self.pending
+
 
 def streamed_content(payload: bytes) -> str:
     parts: list[str] = []
@@ -156,12 +219,12 @@ async def _request(
     body, headers = conversation.next_request(stream=stream, max_tokens=max_tokens)
     started = time.perf_counter()
     try:
-        async with session.post(f"{url}/v1/chat/completions", data=body, headers=headers) as response:
+        async with session.post(f"{url}{conversation.path}", data=body, headers=headers) as response:
             payload = await response.read()
             elapsed = time.perf_counter() - started
             if response.status != 200:
                 raise RuntimeError(f"HTTP {response.status} {payload[:200].decode(errors='replace')}")
-        content = streamed_content(payload) if stream else orjson.loads(payload)["choices"][0]["message"]["content"]
+        content = conversation.read(payload, stream=stream)
     except BaseException:
         conversation.failed()
         raise
@@ -214,7 +277,9 @@ async def _drive(targets: dict[str, tuple[str, ManagedProcess | None]], config: 
     sessions: dict[str, aiohttp.ClientSession] = {}
     conversations = {
         system: [
-            Conversation(f"ro-{system}-{slot}-{time.time_ns()}", config.turns_per_session)
+            (ResponsesConversation if system == SESSIONGATE_RESPONSES else Conversation)(
+                f"ro-{system}-{slot}-{time.time_ns()}", config.turns_per_session
+            )
             for slot in range(config.concurrency)
         ]
         for system in targets
@@ -289,6 +354,8 @@ def _started(config: BenchConfig, work_dir: Path) -> Iterator[dict[str, tuple[st
             SESSIONGATE: (gateway.url, gateway),
             SMG: (smg.url, smg),
         }
+        if config.api == "responses":
+            targets[SESSIONGATE_RESPONSES] = (gateway.url, gateway)
         if router is not None:
             router.wait_ready()
             targets[SGLANG_ROUTER] = (router.url, router)
@@ -392,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
         "--no-sglang-router", action="store_true", help="leave out sglang-router 0.3.2 even when it is installed"
     )
     parser.add_argument("--no-floor", action="store_true", help="leave out the Python floor (benchmarks.floor_proxy)")
+    parser.add_argument(
+        "--api",
+        default=defaults.api,
+        choices=("chat", "responses"),
+        help="responses: also drive sessiongate through /v1/responses (a sessiongate-responses row)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     if not smg_installed():
@@ -408,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         router_policy=args.router_policy,
         with_sglang_router=not args.no_sglang_router,
         with_floor=not args.no_floor,
+        api=args.api,
     )
     rows = summary(run_benchmark(config))
     print(

@@ -1,7 +1,7 @@
 """The admin API: sessions across tenants, their KV, workers, advisory statistics. Admin key only.
 
     GET    /v1/admin/sessions                  filters: tenant_id, state, active_after, active_before (ISO 8601),
-                                               min_priority, max_priority; limit, after (cursor)
+                                               min_priority, max_priority, min_prefix_breaks; limit, after (cursor)
     GET    /v1/admin/sessions/{id}             the session, its turns, tool calls, advisories, believed KV
     PATCH  /v1/admin/sessions/{id}             {"priority"}
     POST   /v1/admin/sessions/{id}/kv/retain   {"priority"?, "ttl_ms"?}: every routable worker keeps its KV
@@ -19,10 +19,9 @@ the answer (`error`), never fails the whole operation. Draining is this replica'
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
@@ -30,11 +29,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sessiongate import sessions
-from sessiongate.sglang_ext.protocol import SessionKVRequest
 
 from .auth import require_admin
-from .errors import InvalidRequest, NotFound, UpstreamError
+from .errors import InvalidRequest, NotFound
 from .schemas import parse_json, validate, validate_session_id
+from .session_kv import kv_everywhere, kv_request
 from .sessions_api import serialize_session, serialize_turn
 from .state import GatewayState, gateway_state
 
@@ -106,6 +105,7 @@ async def list_sessions(request: Request) -> Response:
         active_before=_query_time(request, "active_before"),
         min_priority=_query_int(request, "min_priority"),
         max_priority=_query_int(request, "max_priority"),
+        min_prefix_breaks=_query_int(request, "min_prefix_breaks", low=0, high=1_000_000),
         limit=_query_int(request, "limit", default=50, low=1, high=500) or 50,
         after=validate_session_id(after, param="after") if after is not None else None,
     )
@@ -151,70 +151,21 @@ async def patch_session(request: Request) -> Response:
     return JSONResponse(serialize_session(updated))
 
 
-async def _kv_everywhere(
-    state: GatewayState,
-    record: sessions.SessionRecord,
-    operation: Literal["retain", "drop"],
-    kv: SessionKVRequest | None,
-) -> list[dict[str, Any]]:
-    """Run a KV operation on every routable worker; one entry per worker, its result or its error."""
-    if kv is None:
-        return []
-    workers = state.router.candidates()
-
-    async def one(worker_id: str, url: str) -> dict[str, Any]:
-        try:
-            result = await state.extension.session_kv(worker_id, url, record.id, operation, kv)
-        except UpstreamError as exc:
-            return {"worker": worker_id, "error": exc.message}
-        return {"worker": worker_id, **result.model_dump()}
-
-    results = list(await asyncio.gather(*(one(w.id, w.url) for w in workers)))
-    if operation == "drop":
-        await state.router.drop_kv(record.id)
-    return results
-
-
-async def _kv_request(
-    state: GatewayState, record: sessions.SessionRecord, *, priority: int, ttl_ms: int = 300_000
-) -> SessionKVRequest | None:
-    context = await state.store.session_context(record.id, tenant_id=record.tenant_id)
-    if not context:
-        return None  # no turn yet: nothing cached anywhere
-    # The pages are keyed as the session's own requests were: by the tenant's cache salt (without it no page
-    # matches on a real worker) and with the tools the last turn rendered into the prompt.
-    return SessionKVRequest(
-        messages=context,
-        tools=await _last_tools(state, record),
-        cache_salt=state.salts.for_tenant(record.tenant_id),
-        priority=priority,
-        ttl_ms=ttl_ms,
-    )
-
-
-async def _last_tools(state: GatewayState, record: sessions.SessionRecord) -> list[dict[str, Any]] | None:
-    turns = await state.store.list_turns(
-        record.id, tenant_id=record.tenant_id, after_seq=max(record.turn_count - 1, 0), limit=1
-    )
-    tools = turns[-1].request.get("tools") if turns else None
-    return tools if isinstance(tools, list) and tools else None
-
-
 async def retain_kv(request: Request) -> Response:
     state = _admin(request)
     record = await _session(request, state)
     raw = await request.body()
     body = validate(RetainBody, parse_json(raw) if raw else {})
     priority = record.priority if body.priority is None else body.priority
-    kv = await _kv_request(state, record, priority=priority, ttl_ms=body.ttl_ms)
-    results = await _kv_everywhere(state, record, "retain", kv)
+    kv = await kv_request(state, record, priority=priority, ttl_ms=body.ttl_ms)
+    results = await kv_everywhere(state, record, "retain", kv)
     return JSONResponse({"object": "session.kv", "session_id": record.id, "operation": "retain", "workers": results})
 
 
 async def drop_kv(request: Request) -> Response:
     state = _admin(request)
     record = await _session(request, state)
-    results = await _kv_everywhere(state, record, "drop", await _kv_request(state, record, priority=record.priority))
+    results = await kv_everywhere(state, record, "drop", await kv_request(state, record, priority=record.priority))
     return JSONResponse({"object": "session.kv", "session_id": record.id, "operation": "drop", "workers": results})
 
 
@@ -228,7 +179,7 @@ async def close_session(request: Request) -> Response:
 async def delete_session(request: Request) -> Response:
     state = _admin(request)
     record = await _session(request, state)
-    results = await _kv_everywhere(state, record, "drop", await _kv_request(state, record, priority=record.priority))
+    results = await kv_everywhere(state, record, "drop", await kv_request(state, record, priority=record.priority))
     await state.store.delete_session(record.id, tenant_id=record.tenant_id)
     return JSONResponse({"id": record.id, "object": "session.deleted", "deleted": True, "kv": results})
 

@@ -32,9 +32,11 @@ from .chat_route import ChatRoute
 from .errors import exception_handlers
 from .health import healthz, list_models, metrics, readyz
 from .keys_api import key_routes
+from .lifecycle import close_session, fork_session
 from .limits import TenantLimits
 from .metrics import GatewayMetrics
 from .middleware import BodyLimit, HeaderLimit, RequestContext
+from .openai_responses import create_response, delete_response, get_response, list_input_items
 from .openapi import openapi_json
 from .routing import RoutingPolicy
 from .sessions_api import (
@@ -65,6 +67,10 @@ def _routes() -> list[Route]:
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
         Route("/v1/sessions", create_session, methods=["POST"]),
         Route("/v1/sessions", list_sessions, methods=["GET"]),
         Route("/v1/sessions/{session_id}", get_session, methods=["GET"]),
@@ -72,6 +78,8 @@ def _routes() -> list[Route]:
         Route("/v1/sessions/{session_id}", delete_session, methods=["DELETE"]),
         Route("/v1/sessions/{session_id}/turns", list_turns, methods=["GET"]),
         Route("/v1/sessions/{session_id}/messages", list_messages, methods=["GET"]),
+        Route("/v1/sessions/{session_id}/fork", fork_session, methods=["POST"]),
+        Route("/v1/sessions/{session_id}/close", close_session, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

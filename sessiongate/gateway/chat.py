@@ -25,7 +25,9 @@ from .auth import authenticate
 from .bounds import check_chat_bounds
 from .errors import InvalidRequest, ServiceUnavailable, UpstreamError, WorkerRejected, WorkerUnreachable
 from .idempotency import Claim, claim_idempotency
+from .implicit import SESSION_HEADERS, SESSION_SOURCE_KEY, infer_session
 from .limits import Admission
+from .prefix_breaks import note_prefix_break
 from .relay import StreamRelay
 from .responses import JSONBytesResponse
 from .schemas import ChatRequest, new_session_id, parse_json, validate_chat, validate_session_id
@@ -37,8 +39,6 @@ __all__ = ["chat_completions"]
 
 log = structlog.get_logger(__name__)
 
-# Where clients may name the session, in order of precedence (the body's `session_id` comes after them).
-SESSION_HEADERS = ("x-session-id", "x-session-affinity", "x-smg-routing-key")
 # Request fields that describe the turn in the store (messages are stored separately, as a delta).
 _RECORDED_PARAMS = (
     "model",
@@ -55,17 +55,18 @@ _RECORDED_PARAMS = (
 )
 
 
-def _session_id(request: Request, body: dict[str, Any]) -> str:
+def _session_id(request: Request, body: dict[str, Any]) -> tuple[str | None, str]:
+    """The session the request names and how ("header", "body"); (None, "") when it names none."""
     for header in SESSION_HEADERS:
         value = request.headers.get(header)
         if value:
-            return validate_session_id(value.strip(), param=header)
+            return validate_session_id(value.strip(), param=header), request.scope.get(SESSION_SOURCE_KEY, "header")
     from_body = body.get("session_id")
     if from_body is not None:
         if not isinstance(from_body, str):
             raise InvalidRequest("'session_id' must be a string.", param="session_id")
-        return validate_session_id(from_body, param="session_id")
-    return new_session_id()
+        return validate_session_id(from_body, param="session_id"), "body"
+    return None, ""
 
 
 # Request fields only the gateway sets: `priority` ranks the turn's KV in the worker's cache (it comes from the
@@ -142,7 +143,10 @@ async def _chat_turn(
     chat = validate_chat(body)
     check_chat_bounds(chat, state.settings)
     _refuse_gateway_params(body)
-    session_id = _session_id(request, body)
+    session_id, source = _session_id(request, body)
+    if session_id is None:  # implicit sessions (gateway/implicit.py)
+        session_id = await infer_session(state.store, tenant_id, body["messages"])
+        session_id, source = (session_id, "inferred") if session_id is not None else (new_session_id(), "new")
     structlog.contextvars.bind_contextvars(session_id=session_id)
     claim = await claim_idempotency(
         request,
@@ -169,12 +173,15 @@ async def _chat_turn(
                 received_at=received_at,
                 gateway_instance=state.instance,
                 gateway_run=state.run,
+                session_source=source,
             )
     except sessions.SessionExists:
         # Another tenant's session: answer exactly as for an id that does not exist.
         raise sessions.SessionNotFound(session_id) from None
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
     trace.identify(session_id, turn.id)
+    if turn.context_reset and turn.seq > 1:
+        await note_prefix_break(state, tenant_id, session_id, turn, body["messages"])
 
     if state.advisor.shared is not None:  # replicas: claim the session's advisory, read its KV belief
         await state.advisor.prepare_turn(session_id)

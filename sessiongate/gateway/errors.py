@@ -179,6 +179,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
 _STORE_ERRORS: tuple[tuple[type[sessions.StoreError], int, str, str], ...] = (
     (sessions.SessionNotFound, 404, "not_found_error", "session_not_found"),
     (sessions.TurnNotFound, 404, "not_found_error", "turn_not_found"),
+    (sessions.ResponseNotFound, 404, "not_found_error", "response_not_found"),
     (sessions.ToolCallNotFound, 404, "not_found_error", "tool_call_not_found"),
     (sessions.ApiKeyNotFound, 404, "not_found_error", "api_key_not_found"),
     (sessions.SessionExists, 409, "conflict_error", "session_exists"),

@@ -49,6 +49,12 @@ class GatewayMetrics:
             ["source"],
             registry=self.registry,
         )
+        self.prefix_breaks = Counter(
+            "sessiongate_prefix_breaks",
+            "Turns whose resent history broke their session's stored context, by kind (gateway/prefix_breaks.py).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "sessiongate_worker_in_flight", "Requests in flight per worker.", ["worker"], registry=self.registry
         )

@@ -20,6 +20,9 @@ from .admin_api import AdminSessionPatch, RetainBody
 from .advisor.signals import AdviseBody, ToolResultBody, TypingBody, TypingWebhookBody
 from .advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from .keys_api import TENANT_ID_PATTERN, CreateKeyBody, TenantLimitsBody
+from .lifecycle import ForkBody
+from .openai_responses import ResponsesBody
+from .openai_responses.openapi import RESPONSES_API_SCHEMAS
 from .openapi_responses import RESPONSE_SCHEMAS, list_of
 from .schemas import SESSION_ID_PATTERN, ChatCompletionBody, CreateSessionBody, UpdateSessionBody
 
@@ -56,6 +59,7 @@ _SESSION = {
         "created_at": {"type": ["string", "null"]},
         "last_active_at": {"type": ["string", "null"]},
         "turn_count": {"type": "integer"},
+        "prefix_breaks": {"type": "integer"},
     },
 }
 
@@ -122,6 +126,7 @@ _ADMIN_SESSION_FILTERS = [
     {"name": "active_before", "in": "query", "required": False, "schema": _TIME},
     {"name": "min_priority", "in": "query", "required": False, "schema": _PRIORITY},
     {"name": "max_priority", "in": "query", "required": False, "schema": _PRIORITY},
+    {"name": "min_prefix_breaks", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
     {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
     {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
 ]
@@ -137,6 +142,22 @@ _SESSION_HEADERS = [
     {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"}},
 ]
 _ADMIN_ERRORS = ("400", "401", "403")
+
+
+_RESPONSE_PARAM = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _responses_create() -> dict[str, Any]:
+    """`POST /v1/responses`: a turn of the chain's session; `stream: true` answers with the Responses events."""
+    op = _op(
+        "OpenAI's Responses API: one turn of the session the response chain is",
+        ("200", _ref("Response")),
+        body="CreateResponseRequest",
+        params=_SESSION_HEADERS,
+        errors=("400", "401", "404", "409", "413", "429", "502", "503", "504"),
+    )
+    op["responses"]["200"]["content"]["text/event-stream"] = {"schema": _ref("ResponseEvent")}
+    return op
 
 
 def _session_op(summary: str, ok: tuple[str, dict[str, Any]], **fields: Any) -> dict[str, Any]:
@@ -156,6 +177,8 @@ def _admin_op(
 def _components() -> dict[str, Any]:
     models: dict[str, type[BaseModel]] = {
         "ChatCompletionRequest": ChatCompletionBody,
+        "CreateResponseRequest": ResponsesBody,
+        "ForkSessionRequest": ForkBody,
         "CreateSessionRequest": CreateSessionBody,
         "UpdateSessionRequest": UpdateSessionBody,
         "CreateKeyRequest": CreateKeyBody,
@@ -167,7 +190,7 @@ def _components() -> dict[str, Any]:
         "ToolResultRequest": ToolResultBody,
         "AdviseRequest": AdviseBody,
     }
-    schemas: dict[str, Any] = {"Error": _ERROR, "Session": _SESSION, **RESPONSE_SCHEMAS}
+    schemas: dict[str, Any] = {"Error": _ERROR, "Session": _SESSION, **RESPONSE_SCHEMAS, **RESPONSES_API_SCHEMAS}
     for name, model in models.items():
         schema = model.model_json_schema(ref_template=_REF)
         schemas.update(schema.pop("$defs", {}))
@@ -192,6 +215,27 @@ def openapi_document() -> dict[str, Any]:
                 stream=True,
             )
         },
+        "/v1/responses": {"post": _responses_create()},
+        "/v1/responses/{response_id}": {
+            "get": _op("A stored response", ("200", r("Response")), params=[_RESPONSE_PARAM]),
+            "delete": _op(
+                "Delete a stored response (its chain's last: the session is closed)",
+                ("200", r("ResponseDeleted")),
+                params=[_RESPONSE_PARAM],
+            ),
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": _op(
+                "The input items of a stored response",
+                ("200", r("ResponseItemList")),
+                params=[
+                    _RESPONSE_PARAM,
+                    {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer"}},
+                    {"name": "order", "in": "query", "required": False, "schema": {"enum": ["asc", "desc"]}},
+                    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+                ],
+            )
+        },
         "/v1/models": {"get": _op("The models the workers serve", ("200", list_of("Model")), errors=("401",))},
         "/v1/sessions": {
             "post": _op(
@@ -213,6 +257,18 @@ def openapi_document() -> dict[str, Any]:
         },
         "/v1/sessions/{session_id}/messages": {
             "get": _session_op("The session's context as chat messages", ("200", list_of("Message")))
+        },
+        "/v1/sessions/{session_id}/fork": {
+            "post": _session_op(
+                "A new session sharing this one's context (and KV) up to a turn",
+                ("201", _ref("Session")),
+                body="ForkSessionRequest",
+                body_required=False,
+                errors=("400", "401", "404", "409"),
+            )
+        },
+        "/v1/sessions/{session_id}/close": {
+            "post": _session_op("End the session and free its KV on every worker", ("200", _ref("Session")))
         },
         "/v1/sessions/{session_id}/typing": {
             "post": _session_op(

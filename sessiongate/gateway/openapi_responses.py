@@ -73,6 +73,8 @@ RESPONSE_SCHEMAS: dict[str, dict[str, Any]] = {
         },
         {
             "output_message": {"type": ["object", "null"]},
+            "session_source": {"enum": ["header", "body", "inferred", "response", "new", None]},
+            "prefix_break": {"type": ["object", "null"]},
             "finish_reason": {"type": ["string", "null"]},
             "worker": {"type": ["string", "null"]},
             "error": {"type": ["object", "null"]},

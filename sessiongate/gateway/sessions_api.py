@@ -44,6 +44,7 @@ def serialize_session(record: sessions.SessionRecord) -> dict[str, Any]:
         "created_at": _iso(record.created_at),
         "last_active_at": _iso(record.last_active_at),
         "turn_count": record.turn_count,
+        "prefix_breaks": record.prefix_breaks,
     }
 
 
@@ -81,6 +82,8 @@ def serialize_turn(turn: sessions.TurnRecord) -> dict[str, Any]:
         "status": turn.status,
         "input_messages": turn.input_messages,
         "context_reset": turn.context_reset,
+        "session_source": turn.session_source,
+        "prefix_break": turn.prefix_break,
         "output_message": turn.output_message,
         "finish_reason": turn.finish_reason,
         "model": turn.model,

@@ -48,6 +48,7 @@ from ._exceptions import (
 )
 from ._session import AsyncSession, Session
 from ._session_types import (
+    SessionClosed,
     SessionDeleted,
     SessionInfo,
     SessionPage,
@@ -114,6 +115,7 @@ __all__ = [
     "RateLimitError",
     "RequestTooLargeError",
     "Session",
+    "SessionClosed",
     "SessionDeleted",
     "SessionGate",
     "SessionGateError",

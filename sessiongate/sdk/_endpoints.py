@@ -75,6 +75,23 @@ def delete_session(session_id: str) -> RequestOptions:
     return RequestOptions.make("DELETE", _session_path(session_id))
 
 
+def fork_session(
+    session_id: str, at_turn: int | None, child_id: str | None, metadata: Mapping[str, Any] | None
+) -> RequestOptions:
+    body: dict[str, Any] = {}
+    if at_turn is not None:
+        body["at_turn"] = at_turn
+    if child_id is not None:
+        body["session_id"] = child_id
+    if metadata is not None:
+        body["metadata"] = dict(metadata)
+    return RequestOptions.make("POST", _session_path(session_id, "/fork"), json=body)
+
+
+def close_session(session_id: str) -> RequestOptions:
+    return RequestOptions.make("POST", _session_path(session_id, "/close"))
+
+
 def list_messages(session_id: str) -> RequestOptions:
     return RequestOptions.make("GET", _session_path(session_id, "/messages"))
 

@@ -15,11 +15,13 @@ from ._base import parse_response
 from ._endpoints import AdviseKind, Messages, ToolChoice, Tools, TypingState
 from ._session import AsyncSession, Session
 from ._session_types import (
+    SessionClosed,
     SessionDeleted,
     SessionPage,
     SignalResult,
     ToolResultReceipt,
     Turn,
+    parse_closed,
     parse_deleted,
     parse_session,
     parse_session_page,
@@ -77,6 +79,23 @@ class Sessions:
     def delete(self, session_id: str) -> SessionDeleted:
         return self._client._request_parsed(ep.delete_session(session_id), parse_deleted)
 
+    def fork(
+        self,
+        session_id: str,
+        *,
+        at_turn: int | None = None,
+        child_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Session:
+        """A new session sharing this one's context (and its cached KV) up to turn `at_turn` (all of it by default),
+        with that context loaded as its messages."""
+        info = self._client._request_parsed(ep.fork_session(session_id, at_turn, child_id, metadata), parse_session)
+        return Session(self._client, info, self.messages(info.id))
+
+    def close(self, session_id: str) -> SessionClosed:
+        """End the session (later turns are refused) and free its KV on every worker."""
+        return self._client._request_parsed(ep.close_session(session_id), parse_closed)
+
     def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return self._client._request_parsed(ep.list_messages(session_id), _parse_messages)
 
@@ -118,6 +137,24 @@ class AsyncSessions:
 
     async def delete(self, session_id: str) -> SessionDeleted:
         return await self._client._request_parsed(ep.delete_session(session_id), parse_deleted)
+
+    async def fork(
+        self,
+        session_id: str,
+        *,
+        at_turn: int | None = None,
+        child_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AsyncSession:
+        """A new session sharing this one's context (and its cached KV) up to turn `at_turn` (all of it by default),
+        with that context loaded as its messages."""
+        request = ep.fork_session(session_id, at_turn, child_id, metadata)
+        info = await self._client._request_parsed(request, parse_session)
+        return AsyncSession(self._client, info, await self.messages(info.id))
+
+    async def close(self, session_id: str) -> SessionClosed:
+        """End the session (later turns are refused) and free its KV on every worker."""
+        return await self._client._request_parsed(ep.close_session(session_id), parse_closed)
 
     async def messages(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return await self._client._request_parsed(ep.list_messages(session_id), _parse_messages)

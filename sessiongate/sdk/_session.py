@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ._endpoints import AdviseKind, Messages, ToolChoice, Tools, TypingState, build_chat_body
-from ._session_types import SessionDeleted, SessionInfo, SignalResult, ToolResultReceipt, Turn
+from ._session_types import SessionClosed, SessionDeleted, SessionInfo, SignalResult, ToolResultReceipt, Turn
 from ._streaming import AsyncChatStream, ChatStream, OnComplete
 from ._types import ChatCompletion
 
@@ -177,6 +177,16 @@ class Session(_SessionBase):
     def delete(self) -> SessionDeleted:
         return self._client.sessions.delete(self.id)
 
+    def fork(self, *, at_turn: int | None = None, child_id: str | None = None) -> Session:
+        """A new session sharing this one's context and its cached KV (up to turn `at_turn`; all by default)."""
+        return self._client.sessions.fork(self.id, at_turn=at_turn, child_id=child_id)
+
+    def close(self) -> SessionClosed:
+        """End the session and free its KV on every worker (what each dropped is in the answer)."""
+        closed = self._client.sessions.close(self.id)
+        self.info = closed.info
+        return closed
+
 
 class AsyncSession(_SessionBase):
     """The async twin of `Session`."""
@@ -272,3 +282,13 @@ class AsyncSession(_SessionBase):
 
     async def delete(self) -> SessionDeleted:
         return await self._client.sessions.delete(self.id)
+
+    async def fork(self, *, at_turn: int | None = None, child_id: str | None = None) -> AsyncSession:
+        """A new session sharing this one's context and its cached KV (up to turn `at_turn`; all by default)."""
+        return await self._client.sessions.fork(self.id, at_turn=at_turn, child_id=child_id)
+
+    async def close(self) -> SessionClosed:
+        """End the session and free its KV on every worker (what each dropped is in the answer)."""
+        closed = await self._client.sessions.close(self.id)
+        self.info = closed.info
+        return closed

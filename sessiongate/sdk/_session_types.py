@@ -64,6 +64,24 @@ class SessionDeleted:
 
 
 @dataclass(frozen=True)
+class SessionClosed:
+    """A closed session, and what each worker dropped of its KV (`worker`, `device_tokens`, `host_tokens`,
+    `storage_tokens`; or `error` for a worker that could not)."""
+
+    info: SessionInfo
+    dropped: tuple[JSONDict, ...]
+
+    @property
+    def dropped_tokens(self) -> int:
+        """Tokens of the session's KV found and dropped, over every worker and tier."""
+        return sum(
+            int(entry.get(tier) or 0)
+            for entry in self.dropped
+            for tier in ("device_tokens", "host_tokens", "storage_tokens")
+        )
+
+
+@dataclass(frozen=True)
 class TurnTimings:
     received_at: datetime | None
     dispatched_at: datetime | None
@@ -188,6 +206,13 @@ def parse_session(raw: JSONDict) -> SessionInfo:
 
 def parse_session_page(raw: JSONDict) -> SessionPage:
     return SessionPage(data=[parse_session(item) for item in raw["data"]], has_more=bool(raw.get("has_more", False)))
+
+
+def parse_closed(raw: JSONDict) -> SessionClosed:
+    kv = raw.get("kv")
+    return SessionClosed(
+        info=parse_session(raw), dropped=tuple(dict(e) for e in kv if isinstance(e, dict)) if kv else ()
+    )
 
 
 def parse_deleted(raw: JSONDict) -> SessionDeleted:

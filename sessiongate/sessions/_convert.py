@@ -85,6 +85,7 @@ def session_record(row: models.Session) -> SessionRecord:
         created_at=row.created_at,
         last_active_at=row.last_active_at,
         turn_count=row.turn_count,
+        prefix_breaks=getattr(row, "prefix_breaks", 0) or 0,
     )
 
 
@@ -116,6 +117,8 @@ def turn_record(
         status=row.status,
         input_messages=list(row.input_messages),
         context_reset=row.context_reset,
+        session_source=getattr(row, "session_source", None),
+        prefix_break=getattr(row, "prefix_break", None),
         request=dict(row.request),
         output_message=row.output_message,
         finish_reason=row.finish_reason,

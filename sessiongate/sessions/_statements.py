@@ -253,6 +253,7 @@ register(
         "received_at",
         "gateway_instance",
         "gateway_run",
+        "session_source",
     ),
 )
 register(

@@ -4,6 +4,7 @@
 StoreError
 ├── SessionNotFound       no such session, or it belongs to another tenant
 ├── TurnNotFound
+├── ResponseNotFound      no such stored response, or it belongs to another tenant
 ├── ToolCallNotFound      no tool call with that call_id in the session
 ├── AdvisoryNotFound
 ├── ApiKeyNotFound
@@ -27,6 +28,7 @@ __all__ = [
     "AdvisoryNotFound",
     "ApiKeyNotFound",
     "InvalidTransition",
+    "ResponseNotFound",
     "SessionExists",
     "SessionNotFound",
     "StoreError",
@@ -51,6 +53,12 @@ class TurnNotFound(StoreError):
     def __init__(self, turn_id: str) -> None:
         super().__init__(f"turn {turn_id!r} not found")
         self.turn_id = turn_id
+
+
+class ResponseNotFound(StoreError):
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"response {response_id!r} not found")
+        self.response_id = response_id
 
 
 class ToolCallNotFound(StoreError):

@@ -34,6 +34,7 @@ __all__ = [
     "ApiKey",
     "Base",
     "IdempotencyKey",
+    "ResponseRow",
     "Session",
     "Tenant",
     "ToolCall",
@@ -132,7 +133,9 @@ class IdempotencyKey(Base):
 
 class Session(Base):
     __tablename__ = "sessions"
-    __table_args__ = (Index(None, "tenant_id", "last_active_at"),)
+    # (tenant_id, context_digest): a request that names no session is matched to the session whose context it
+    # extends (`find_extended_sessions`).
+    __table_args__ = (Index(None, "tenant_id", "last_active_at"), Index(None, "tenant_id", "context_digest"))
 
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(128), ForeignKey("tenants.id"))
@@ -148,6 +151,8 @@ class Session(Base):
     context_digest: Mapped[str] = mapped_column(String(64), default=EMPTY_DIGEST)
     context_length: Mapped[int] = mapped_column(default=0)
     context_seq: Mapped[int] = mapped_column(default=0)
+    # How many of its turns broke the context's prefix (`prefix_breaks.py`).
+    prefix_breaks: Mapped[int] = mapped_column(default=0, server_default=text("0"))
 
     turns: Mapped[list[Turn]] = relationship(
         back_populates="session", lazy="raise", passive_deletes=True, order_by="Turn.seq"
@@ -193,6 +198,11 @@ class Turn(Base):
     # restarted replica fails the pending turns of its earlier runs at once; other replicas' turns are not its own.
     gateway_instance: Mapped[str | None] = mapped_column(String(128))
     gateway_run: Mapped[str | None] = mapped_column(String(32))
+    # How the request named its session: "header", "body", "inferred" (no name: its messages extended this
+    # session's context, `gateway/implicit.py`), "response" (a Responses API chain), "new" (none: a new session).
+    session_source: Mapped[str | None] = mapped_column(String(16))
+    # Where its resent history first differed from the stored context (`prefix_breaks.PrefixBreak`); None if not.
+    prefix_break: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
 
     session: Mapped[Session] = relationship(back_populates="turns", lazy="raise")
     tool_calls: Mapped[list[ToolCall]] = relationship(
@@ -233,6 +243,27 @@ class Advisory(Base):
     resolved_at: Mapped[datetime | None]
     turn_id: Mapped[str | None] = mapped_column(String(64), ForeignKey("turns.id", ondelete="SET NULL"))
     detail: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+
+
+class ResponseRow(Base):
+    """A stored Responses API response: the turn it was, in the session its chain is (`gateway/responses/`).
+
+    The response's context is read from the session's turns up to its turn; the row keeps what the turns do not:
+    the request's input items (for `input_items`), its `instructions` (not carried to the next response) and the
+    response object as it was answered."""
+
+    __tablename__ = "responses"
+    __table_args__ = (Index(None, "session_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(128))
+    session_id: Mapped[str] = mapped_column(String(128), ForeignKey("sessions.id", ondelete="CASCADE"))
+    turn_id: Mapped[str] = mapped_column(String(64), ForeignKey("turns.id", ondelete="CASCADE"))
+    previous_response_id: Mapped[str | None] = mapped_column(String(64))
+    instructions: Mapped[str | None] = mapped_column(Text)
+    input_items: Mapped[list[dict[str, Any]]]
+    body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
 
 
 class Worker(Base):

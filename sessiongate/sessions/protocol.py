@@ -18,6 +18,7 @@ from .records import (
     InstanceLease,
     MissedTurn,
     Page,
+    ResponseRecord,
     SessionRecord,
     TenantRecord,
     ToolCallRecord,
@@ -75,6 +76,60 @@ class SessionStore(Protocol):
         """The conversation so far, as the model saw it (see `sessions.history`)."""
         ...
 
+    async def find_extended_sessions(
+        self, *, tenant_id: str, contexts: Sequence[tuple[str, int]], limit: int = 2
+    ) -> list[tuple[str, int]]:
+        """The tenant's active sessions whose context is one of `contexts` ((digest, length in messages)), as
+        (session id, context length), longest context first, at most `limit` of the longest length."""
+        ...
+
+    async def fork_session(
+        self,
+        parent_id: str,
+        *,
+        tenant_id: str,
+        child_id: str | None = None,
+        at_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[SessionRecord, int]:
+        """A new session of the tenant sharing the parent's context up to its turn `at_seq` (all of it by default):
+        the child and the number of context messages shared. `TurnNotFound` for a seq that is not an ok turn."""
+        ...
+
+    async def record_prefix_break(self, turn_id: str, *, session_id: str, detail: Mapping[str, Any]) -> None:
+        """Note on the turn where its resent history broke the session's context prefix, and count it."""
+        ...
+
+    # Responses API responses
+    async def create_response(
+        self,
+        response_id: str,
+        *,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        previous_response_id: str | None,
+        instructions: str | None,
+        input_items: Sequence[Mapping[str, Any]],
+        body: Mapping[str, Any],
+    ) -> ResponseRecord:
+        """Store a response as the turn `turn_id` of the session `session_id`."""
+        ...
+
+    async def get_response(self, response_id: str, *, tenant_id: str) -> ResponseRecord:
+        """The tenant's response; `ResponseNotFound` for another tenant's, as for one that does not exist."""
+        ...
+
+    async def response_context(
+        self, response_id: str, *, tenant_id: str
+    ) -> tuple[ResponseRecord, list[dict[str, Any]]]:
+        """The response and its session's context as it stood after its turn (what the next response continues)."""
+        ...
+
+    async def delete_response(self, response_id: str, *, tenant_id: str) -> tuple[ResponseRecord, bool]:
+        """Delete the response; the record, and whether it was its session's latest response."""
+        ...
+
     # administration (across tenants)
     async def find_session(self, session_id: str) -> SessionRecord:
         """The session whatever its tenant (the admin API's lookup); `SessionNotFound` if there is none."""
@@ -91,6 +146,7 @@ class SessionStore(Protocol):
         max_priority: int | None = None,
         limit: int = 50,
         after: str | None = None,
+        min_prefix_breaks: int | None = None,
     ) -> Page[SessionRecord]:
         """Sessions of any or one tenant matching every filter given, most recently active first (then id);
         `after` is the last id of the previous page."""
@@ -108,6 +164,7 @@ class SessionStore(Protocol):
         create_session: bool = False,
         gateway_instance: str | None = None,
         gateway_run: str | None = None,
+        session_source: str | None = None,
     ) -> TurnRecord:
         """Record a request as a pending turn, storing only the messages new to the context, and the tool
         results among them. `InvalidTransition` if the session is closed.

@@ -18,6 +18,7 @@ __all__ = [
     "InstanceLease",
     "MissedTurn",
     "Page",
+    "ResponseRecord",
     "SessionRecord",
     "TenantRecord",
     "ToolCallRecord",
@@ -37,6 +38,21 @@ class MissedTurn:
     tenant_id: str
     turn_id: str
     at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseRecord:
+    """A stored Responses API response: the turn of its chain's session it was, and what the turns do not keep."""
+
+    id: str
+    tenant_id: str
+    session_id: str
+    turn_id: str
+    previous_response_id: str | None
+    instructions: str | None
+    input_items: list[dict[str, Any]]
+    body: dict[str, Any]
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +114,7 @@ class SessionRecord:
     created_at: datetime
     last_active_at: datetime
     turn_count: int
+    prefix_breaks: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +172,10 @@ class TurnRecord:
     # The session's priority as the turn began (read in the same statement that claimed its seq): what the
     # gateway sends the worker as the request's `priority`. 0 on records read back later.
     session_priority: int = 0
+    # How the request named its session ("header", "body", "inferred", "response", "new"); None before 0006.
+    session_source: str | None = None
+    # Where its resent history first differed from the session's stored context (index, kind, tokens kept/lost).
+    prefix_break: dict[str, Any] | None = None
     # Filled by `list_turns` once the advisor settled an advisory against the turn (settling runs after the turn
     # ends, so a turn read back at once may not have it yet); None on the records the turn's own writes return.
     advisory: TurnAdvisory | None = None

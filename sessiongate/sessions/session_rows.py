@@ -7,7 +7,7 @@ statements of its own (`turns.begin_turn`). Listings are keyset pages, newest fi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -135,6 +135,7 @@ async def search_sessions(
     max_priority: int | None,
     limit: int,
     after: str | None,
+    min_prefix_breaks: int | None = None,
 ) -> Page[SessionRecord]:
     """Sessions across tenants (administration), the most recently active first."""
     stmt = select(Session)
@@ -150,6 +151,8 @@ async def search_sessions(
         stmt = stmt.where(Session.priority >= min_priority)
     if max_priority is not None:
         stmt = stmt.where(Session.priority <= max_priority)
+    if min_prefix_breaks is not None:
+        stmt = stmt.where(Session.prefix_breaks >= min_prefix_breaks)
     return await newest_first(db, stmt, Session.last_active_at, after=after, limit=limit)
 
 
@@ -171,3 +174,27 @@ async def newest_first(
         stmt = stmt.where(or_(column < cursor, and_(column == cursor, Session.id > after)))
     rows = (await db.scalars(stmt.order_by(column.desc(), Session.id).limit(limit + 1))).all()
     return Page(items=[cv.session_record(row) for row in rows[:limit]], has_more=len(rows) > limit)
+
+
+async def find_extended_sessions(
+    db: AsyncSession, tenant_id: str, contexts: Sequence[tuple[str, int]], *, limit: int
+) -> list[tuple[str, int]]:
+    """The tenant's active sessions whose (context_digest, context_length) is one of `contexts`, longest context
+    first; of the longest length found, at most `limit` (two tell an ambiguous match from a unique one)."""
+    if not contexts:
+        return []
+    digests = [digest for digest, _ in contexts]
+    rows = (
+        await db.execute(
+            select(Session.id, Session.context_length, Session.context_digest)
+            .where(Session.tenant_id == tenant_id, Session.state == "active", Session.context_digest.in_(digests))
+            .order_by(Session.context_length.desc(), Session.id)
+            .limit(64)
+        )
+    ).all()
+    wanted = set(contexts)
+    found = [(row.id, row.context_length) for row in rows if (row.context_digest, row.context_length) in wanted]
+    if not found:
+        return []
+    longest = found[0][1]
+    return [match for match in found if match[1] == longest][:limit]

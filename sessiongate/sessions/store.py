@@ -18,12 +18,12 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, select, text, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from . import _convert as cv
-from . import advisories, history, idempotency, instances, keys, session_rows, turns
+from . import advisories, forks, history, idempotency, instances, keys, responses, session_rows, turns
 from ._sql import insert_on_conflict
 from .database import create_engine, sqlite_file_engine
 from .errors import (
@@ -34,7 +34,7 @@ from .errors import (
 )
 from .group_commit import GroupCommitter
 from .memory import StoreMemory
-from .models import Session, ToolCall, Worker
+from .models import Session, ToolCall, Turn, Worker
 from .protocol import SessionStore
 from .records import (
     AdvisoryRecord,
@@ -43,6 +43,7 @@ from .records import (
     InstanceLease,
     MissedTurn,
     Page,
+    ResponseRecord,
     SessionRecord,
     TenantRecord,
     ToolCallRecord,
@@ -205,6 +206,97 @@ class SqlSessionStore:
             await session_rows.session_row(db, session_id, tenant_id)
             return history.context_messages(await turns.context_turns(db, session_id))
 
+    async def find_extended_sessions(
+        self, *, tenant_id: str, contexts: Sequence[tuple[str, int]], limit: int = 2
+    ) -> list[tuple[str, int]]:
+        async with self._transaction(write=False) as db:
+            return await session_rows.find_extended_sessions(db, tenant_id, contexts, limit=limit)
+
+    async def fork_session(
+        self,
+        parent_id: str,
+        *,
+        tenant_id: str,
+        child_id: str | None = None,
+        at_seq: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> tuple[SessionRecord, int]:
+        child_id = cv.check_session_id(child_id) if child_id is not None else cv.new_id("sess_")
+        async with self._transaction() as db:
+            return await forks.fork_session(
+                db,
+                self._backend,
+                parent_id,
+                tenant_id=tenant_id,
+                child_id=child_id,
+                at_seq=at_seq,
+                metadata=metadata or {},
+                now=self._clock(),
+            )
+
+    async def record_prefix_break(self, turn_id: str, *, session_id: str, detail: Mapping[str, Any]) -> None:
+        async with self._transaction() as db:
+            await db.execute(update(Turn).where(Turn.id == turn_id).values(prefix_break=dict(detail)))
+            await db.execute(
+                update(Session).where(Session.id == session_id).values(prefix_breaks=Session.prefix_breaks + 1)
+            )
+
+    # Responses API responses (sessiongate/sessions/responses.py)
+
+    async def create_response(
+        self,
+        response_id: str,
+        *,
+        tenant_id: str,
+        session_id: str,
+        turn_id: str,
+        previous_response_id: str | None,
+        instructions: str | None,
+        input_items: Sequence[Mapping[str, Any]],
+        body: Mapping[str, Any],
+    ) -> ResponseRecord:
+        record = ResponseRecord(
+            id=response_id,
+            tenant_id=tenant_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            previous_response_id=previous_response_id,
+            instructions=instructions,
+            input_items=[dict(item) for item in input_items],
+            body=dict(body),
+            created_at=self._clock(),
+        )
+        values = {
+            "id": record.id,
+            "tenant_id": record.tenant_id,
+            "session_id": record.session_id,
+            "turn_id": record.turn_id,
+            "previous_response_id": record.previous_response_id,
+            "instructions": record.instructions,
+            "input_items": record.input_items,
+            "body": record.body,
+            "created_at": record.created_at,
+        }
+        await self._per_request(responses.insert_response_sync, values)
+        return record
+
+    async def get_response(self, response_id: str, *, tenant_id: str) -> ResponseRecord:
+        async with self._transaction(write=False) as db:
+            return await responses.get_response(db, response_id, tenant_id)
+
+    async def response_context(
+        self, response_id: str, *, tenant_id: str
+    ) -> tuple[ResponseRecord, list[dict[str, Any]]]:
+        return await self._per_request(responses.response_context_sync, response_id, tenant_id)
+
+    async def delete_response(self, response_id: str, *, tenant_id: str) -> tuple[ResponseRecord, bool]:
+        async with self._transaction() as db:
+            ids = await responses.session_responses(
+                db, (await responses.response_row(db, response_id, tenant_id)).session_id
+            )
+            record = await responses.delete_response(db, response_id, tenant_id)
+            return record, bool(ids) and ids[-1] == response_id
+
     # administration (across tenants)
 
     async def find_session(self, session_id: str) -> SessionRecord:
@@ -222,6 +314,7 @@ class SqlSessionStore:
         max_priority: int | None = None,
         limit: int = 50,
         after: str | None = None,
+        min_prefix_breaks: int | None = None,
     ) -> Page[SessionRecord]:
         cv.check_limit(limit)
         async with self._transaction(write=False) as db:
@@ -235,6 +328,7 @@ class SqlSessionStore:
                 max_priority=max_priority,
                 limit=limit,
                 after=after,
+                min_prefix_breaks=min_prefix_breaks,
             )
 
     # turns
@@ -250,6 +344,7 @@ class SqlSessionStore:
         create_session: bool = False,
         gateway_instance: str | None = None,
         gateway_run: str | None = None,
+        session_source: str | None = None,
     ) -> TurnRecord:
         received_at = cv.aware(received_at, "received_at")
         if create_session:
@@ -266,6 +361,7 @@ class SqlSessionStore:
             gateway_instance=gateway_instance,
             gateway_run=gateway_run,
             memory=self._memory,
+            session_source=session_source,
         )
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:

@@ -95,6 +95,7 @@ def begin_turn(
     gateway_instance: str | None = None,
     gateway_run: str | None = None,
     memory: StoreMemory | None = None,
+    session_source: str | None = None,
 ) -> TurnRecord:
     context = _claim_seq(conn, session_id, tenant_id, received_at, memory)
     if context is None and create_session:
@@ -118,6 +119,7 @@ def begin_turn(
         "context_reset": not extends,
         "request": dict(request),
         "received_at": received_at,
+        "session_source": session_source,
     }
     raw.execute(conn, sql.INSERT_TURN, {**values, "gateway_instance": gateway_instance, "gateway_run": gateway_run})
     _return_tool_calls(conn, session_id, input_messages, received_at)

@@ -82,3 +82,21 @@ async def test_fake_worker_without_prefix_cache_reports_nothing_cached() -> None
             assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
             assert "sglext" not in answer  # as SGLang: no cache report without hits
     assert behaviour.device == []  # nothing remembered: the cost per request stays flat
+
+
+@pytest.mark.skipif(not smg_installed(), reason="smg is not installed (the `bench` extra: smg==1.13.0)")
+def test_responses_api_row_chains_every_turn(tmp_path: Path) -> None:
+    """`--api responses`: the same gateway through `/v1/responses`, every request answered, and its ratio to chat."""
+    out = tmp_path / "figures.json"
+    command = [sys.executable, "-m", "sessiongate.benchmarks.router_overhead", "--workers", "1", "--concurrency", "2"]
+    command += ["--rounds", "2", "--phase-requests", "6", "--warmup-requests", "2", "--turns-per-session", "3"]
+    command += ["--no-sglang-router", "--no-floor", "--api", "responses", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| sessiongate-responses / sessiongate |" in done.stdout, done.stdout
+    figures = json.loads(out.read_text())["rows"]
+    for mode in MODES:
+        row = figures[f"sessiongate-responses/{mode}"]
+        assert row["errors"] == 0, row["error_kinds"]
+        assert row["requests"] == 12
+        assert row["cpu_us_per_request"] > 0

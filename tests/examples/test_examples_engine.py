@@ -2,7 +2,9 @@
 `sessiongate serve` process on SQLite) in front of one real SGLang CPU worker serving SmolLM2-135M-Instruct.
 
 One worker and one gateway serve the whole module; each example's output is checked for what it claims to show
-(a tool's correct result, the advisory outcome of each turn, the admin operations' effects).
+(a tool's correct result, the advisory outcome of each turn, the admin operations' effects). The module's last
+tests use the same worker for what issue 29 asks of the real cache: a Responses chain's second turn, an inferred
+session's turn and the prefix before a prefix break are cache hits.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def worker(
         state_dir=tmp_path_factory.mktemp("examples-worker"),
         port=free_port(),
         max_total_tokens=4096,
+        # Session KV operations (a closed fork's drop in fork_subagents.py, the admin example's) need the extension's
+        # eviction order, which priority eviction installs (sglang_ext/internals/kv_ops.py).
+        priority_eviction=True,
     )
     with running_worker(config) as process:
         yield process
@@ -127,6 +132,41 @@ def test_openai_sdk_example(gateway_url: str) -> None:
     assert second.group(2) == "typing"
 
 
+def test_agents_sdk_example(gateway_url: str) -> None:
+    """The OpenAI Agents SDK over `/v1/responses`: one chain, one session, its later turns cache hits."""
+    out = run([str(EXAMPLES / "agents_sdk.py")], gateway_url)
+    assert re.search(r"^\[1\] '.+'", out, re.MULTILINE), out
+    assert re.search(r"^\[2\] '.+'  \(streamed in [1-9]\d* deltas", out, re.MULTILINE), out
+    calc = re.search(r"^\[3\] calculator -> (\{.*\})  \(response", out, re.MULTILINE)
+    assert calc, out
+    result = json.loads(calc.group(1))
+    assert result["result"] == arithmetic(result["expression"])
+    turns = re.findall(r"turn (\d+): ok on \S+, prompt tokens (\d+), cached (\d+), context_reset (\w+)", out)
+    assert [t[0] for t in turns] == ["1", "2", "3"], out
+    assert all(t[3] == "False" for t in turns), out  # each response extends the one before: one context
+    # The second turn of the chain finds the first one's prompt in the worker's cache (whole 64-token pages).
+    assert int(turns[1][2]) >= 64, out
+    assert int(turns[2][2]) >= 64, out
+
+
+def test_fork_subagents_example(gateway_url: str) -> None:
+    """Two forks of one context: each one's first turn finds the shared prefix in the real worker's cache; closing
+    the sessions drops their KV (the worker reports what it freed)."""
+    out = run([str(EXAMPLES / "fork_subagents.py")], gateway_url)
+    firsts = re.findall(r"first turn: worker \S+, prompt tokens (\d+), cached (\d+)", out)
+    assert len(firsts) == 2, out
+    for prompt, cached in firsts:
+        assert int(cached) >= 64, out  # at least a whole page of the shared context
+        assert int(cached) < int(prompt)
+    closed = re.findall(r"closed \S+ \(closed\): dropped (\d+) tokens of KV", out)
+    assert len(closed) == 3, out
+    assert "could not drop" not in out, out  # every worker answered the drops
+    # The orchestrator's close frees its context and everything cached below it (the forks' pages too). A fork's
+    # own close reports 0 tokens on this worker (docs/architecture.md, "Sessions without client changes": open).
+    assert int(closed[2]) > 0, out
+    assert re.search(r"load report \S+: device KV tokens used \d+ -> \d+", out), out
+
+
 def test_langchain_example(gateway_url: str) -> None:
     out = run([str(EXAMPLES / "langchain_chat.py")], gateway_url)
     call = re.search(r"calculator\((.*?)\) = (\{.*?\})  \(tool result posted: advisory (\w+)\)", out)
@@ -162,3 +202,60 @@ def test_demo(gateway_url: str) -> None:
     assert rows[3][5] in ("tool_call", "tool_result", "explicit")
     assert all(r[6] in ("used", "late", "wasted", "missed", "cancelled") for r in rows[1:])
     assert any(int(r[2]) + int(r[3]) > 0 for r in rows[1:])  # later turns found their context cached
+
+
+# Sessions without client changes on the real worker (issue 29): not examples, but about the cache, so they share
+# this module's one SmolLM2 worker and gateway.
+
+LONG_SYSTEM = (
+    "You are the geography assistant of a travel planning app. The user is planning a trip through Europe and asks "
+    "short questions about countries, their capitals, languages and currencies. Answer every question in one short, "
+    "factual sentence, without lists, without greetings and without repeating the question."
+)
+
+
+def test_responses_chain_second_turn_is_cached(gateway_url: str) -> None:
+    import openai
+
+    with openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="", max_retries=0) as client:
+        model = client.models.list().data[0].id
+        first = client.responses.create(
+            model=model, instructions=LONG_SYSTEM, input="What is the capital of France?", max_output_tokens=16
+        )
+        second = client.responses.create(
+            model=model,
+            instructions=LONG_SYSTEM,
+            input="And of Italy?",
+            previous_response_id=first.id,
+            max_output_tokens=16,
+        )
+    assert first.output_text
+    assert second.usage is not None
+    assert second.usage.input_tokens_details.cached_tokens >= 64  # a whole page of the chain's prompt
+
+
+def test_implicit_session_and_prefix_break_on_the_real_worker(gateway_url: str) -> None:
+    import httpx
+
+    with httpx.Client(base_url=gateway_url, timeout=120) as http:
+
+        def chat(messages: list[dict[str, str]], **headers: str) -> tuple[str, dict[str, str]]:
+            answer = http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 16}, headers=headers)
+            assert answer.status_code == 200, answer.text
+            return answer.headers["x-session-id"], answer.json()["choices"][0]["message"]
+
+        history = [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "Capital of Spain?"}]
+        first, reply = chat(history)
+        history += [{"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "And Portugal?"}]
+        second, reply = chat(history)  # no session header: inferred from the stored context
+        assert second == first
+        # The client rewrites the first answer and goes on in the same (named) session: a prefix break.
+        edited = [*history[:2], {"role": "assistant", "content": "Madrid, of course."}, history[3]]
+        chat([*edited, {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "France?"}],
+             **{"x-session-id": first})  # fmt: skip
+        turns = http.get(f"/v1/sessions/{first}/turns").json()["data"]
+    assert [t["session_source"] for t in turns] == ["new", "inferred", "header"]
+    assert turns[1]["usage"]["cached_tokens"] >= 64  # routed with its KV in mind: the first turn's pages hit
+    found = turns[2]["prefix_break"]
+    assert (found["index"], found["kind"]) == (2, "assistant_edited")
+    assert turns[2]["usage"]["cached_tokens"] >= 64  # the prefix before the break is still cached

@@ -55,6 +55,11 @@ def check(method: str, template: str, response: httpx.Response) -> None:
         assert events, f"{method} {template}: an empty stream"
         for event in events:
             _validate(f"{method} {template} event", content[media]["schema"], {"data": event.data, "event": "message"})
+        if template == "/v1/responses":  # the Responses API's events: each names its type, the last completes
+            kinds = [orjson.loads(event.data)["type"] for event in events]
+            assert kinds[0] == "response.created"
+            assert kinds[-1] == "response.completed"
+            return
         assert events[-1].data == "[DONE]"
         chunks = [orjson.loads(event.data) for event in events[:-1]]
         assert all(chunk["object"] == "chat.completion.chunk" for chunk in chunks)
@@ -109,11 +114,27 @@ async def test_every_operation_answers_as_documented(gateway: Gateway) -> None:
         headers={**tenant, "x-session-id": "s1"},
     )  # fmt: skip
     calls = answer.json()["choices"][0]["message"].get("tool_calls") or [{"id": "none"}]
+    r = "/v1/responses/{response_id}"
+    made = (await call("POST", "/v1/responses", json={"input": "hi", "metadata": {"k": "v"}}, headers=tenant)).json()
+    await call("POST", "/v1/responses", json={"input": "again", "previous_response_id": made["id"], "stream": True},
+               headers=tenant)  # fmt: skip
+    await call("POST", "/v1/responses", json={"input": "x", "previous_response_id": "resp_nope"}, headers=tenant)
+    await call("POST", "/v1/responses", json={"input": 5}, headers=tenant)  # 400
+    await call("GET", r, f"/v1/responses/{made['id']}", headers=tenant)
+    await call("GET", r + "/input_items", f"/v1/responses/{made['id']}/input_items", headers=tenant)
+    await call("GET", r + "/input_items", f"/v1/responses/{made['id']}/input_items?order=up", headers=tenant)  # 400
+    await call("DELETE", r, f"/v1/responses/{made['id']}", headers=tenant)
+    await call("DELETE", r, f"/v1/responses/{made['id']}", headers=tenant)  # 404
     await call("GET", s, "/v1/sessions/s1", headers=tenant)
     await call("GET", s, "/v1/sessions/nope", headers=tenant)  # 404
     await call("PATCH", s, "/v1/sessions/s1", json={"priority": 5, "metadata": {"b": 2}}, headers=tenant)
     await call("GET", s + "/turns", "/v1/sessions/s1/turns", headers=tenant)
     await call("GET", s + "/messages", "/v1/sessions/s1/messages", headers=tenant)
+    await call("POST", s + "/fork", "/v1/sessions/s1/fork", json={"session_id": "s1-fork"}, headers=tenant)
+    await call("POST", s + "/fork", "/v1/sessions/s1/fork", json={"at_turn": 0}, headers=tenant)  # 400
+    await call("POST", s + "/fork", "/v1/sessions/s1/fork", json={"session_id": "s1-fork"}, headers=tenant)  # 409
+    await call("POST", s + "/close", "/v1/sessions/s1-fork/close", headers=tenant)
+    await call("POST", s + "/close", "/v1/sessions/nope/close", headers=tenant)  # 404
     await call("POST", s + "/typing", "/v1/sessions/s1/typing", json={"state": "started"}, headers=tenant)
     await call("POST", s + "/typing", "/v1/sessions/s1/typing", json={"state": "sideways"}, headers=tenant)  # 400
     result = {"tool_call_id": calls[0]["id"], "content": "42"}

@@ -92,3 +92,22 @@ async def test_sdk_sees_typed_errors_from_the_gateway(sdk: AsyncSessionGate) -> 
 
 def test_transport_is_httpx() -> None:
     assert issubclass(httpx.ASGITransport, httpx.AsyncBaseTransport)
+
+
+async def test_fork_and_close_through_the_sdk(gateway: Gateway, sdk: AsyncSessionGate) -> None:
+    parent = await sdk.sessions.create()
+    await parent.chat([{"role": "system", "content": "Plan. " * 30}, {"role": "user", "content": "a trip"}])
+    child = await parent.fork()
+    assert child.id != parent.id
+    assert child.messages == parent.messages  # the shared context, loaded
+    await child.chat([{"role": "user", "content": "the first leg"}])
+    turns = await child.turns()
+    assert [t.seq for t in turns] == [1, 2]
+    assert turns[1].usage is not None
+    assert turns[1].usage.cached_tokens > 0
+    closed = await child.close()
+    assert closed.info.state == "closed"
+    assert child.info.state == "closed"
+    assert closed.dropped_tokens > 0
+    early = await sdk.sessions.fork(parent.id, at_turn=1, child_id="early-fork")
+    assert early.id == "early-fork"

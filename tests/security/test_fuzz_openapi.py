@@ -66,6 +66,14 @@ class Stack:
         )
         assert answer.status_code in (201, 409), answer.text
 
+    def new_response(self) -> str:
+        """A stored response of the fuzz tenant (a DELETE case may remove any earlier one)."""
+        answer = httpx.post(
+            f"{self.url}/v1/responses", json={"input": "hello"}, headers={"authorization": f"Bearer {self.key}"}
+        )
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["id"])
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
@@ -112,6 +120,8 @@ def _use_real_ids(stack: Stack, case: Any, number: int) -> None:
         case.path_parameters["session_id"] = SESSION_ID
     if "worker_id" in case.path_parameters:
         case.path_parameters["worker_id"] = stack.worker_id
+    if "response_id" in case.path_parameters:
+        case.path_parameters["response_id"] = stack.new_response()
     if "tenant_id" in case.path_parameters:
         case.path_parameters["tenant_id"] = TENANT
 

@@ -28,6 +28,7 @@ def _turn_values(received_at: datetime) -> dict[str, object]:
         "received_at": received_at,
         "gateway_instance": None,
         "gateway_run": None,
+        "session_source": "inferred",
     }
 
 
@@ -144,8 +145,8 @@ def test_a_session_created_on_the_raw_path_is_the_row_sqlalchemy_creates(
             rows[path] = conn.exec_driver_sql("SELECT * FROM sessions").all()
             conn.rollback()
     assert rows["raw"] == rows["sqlalchemy"]
-    ((*_, digest, length, seq),) = rows["raw"]
-    assert (digest, length, seq) == (history.EMPTY_DIGEST, 0, 0)
+    ((*_, digest, length, seq, prefix_breaks),) = rows["raw"]
+    assert (digest, length, seq, prefix_breaks) == (history.EMPTY_DIGEST, 0, 0, 0)
     engine.dispose()
 
 

@@ -365,6 +365,12 @@
     return `${Math.round(Date.parse(timings.first_token_at) - Date.parse(timings.received_at))} ms`;
   }
 
+  // Where a turn's resent history broke the session's cached prefix: "kind @ message index (~tokens lost)".
+  function prefixBreakText(found) {
+    if (!found) return DASH;
+    return `${found.kind} @ ${found.index} (~${found.tokens_lost} tok)`;
+  }
+
   function advisoryText(advisory) {
     if (!advisory) return DASH;
     return `${advisory.kind}: ${advisory.outcome || "pending"}`;
@@ -387,6 +393,7 @@
         cell(tiers.storage, "storage"),
         cell(advisoryText(turn.advisory), "advisory"),
         cell(ttftMs(turn.timings), "ttft"),
+        cell(prefixBreakText(turn.prefix_break), "prefix-break"),
       );
       if (turn.error) row.title = typeof turn.error === "string" ? turn.error : JSON.stringify(turn.error);
       return row;
