@@ -6,8 +6,9 @@ own task, so the worker finds the shared prefix in its cache (the turn reports i
 prefilling it again. When the sub-agents are done the orchestrator closes them, then itself: the gateway drops
 their KV on every worker and tier, and each worker answers with the tokens it found and freed (closing the
 orchestrator frees its context and everything cached below it). The workers' load report (read through
-the admin API) is printed before and after: SGLang counts idle cached pages as free ("evictable"), so its
-`device_kv_tokens_used` counts only what running requests hold, and the freed pages show in the drop's answer.
+the admin API) is printed before and after: its `device_kv_tokens_cached` (pages cached that no request holds, which
+SGLang counts as free) falls by what the closes freed on the device; `device_kv_tokens_used` counts only what
+running requests hold.
 
 Run it against `sessiongate up` with an admin key (the load report is read through the admin API):
 
@@ -33,9 +34,9 @@ BRIEF = (
 )
 
 
-def device_used(admin: SessionGate) -> dict[str, int]:
-    """Device KV tokens in use per worker, from the workers' load reports."""
-    return {w.id: int((w.load or {}).get("device_kv_tokens_used") or 0) for w in admin.admin.workers.list()}
+def device_cached(admin: SessionGate) -> dict[str, int]:
+    """Device KV tokens cached and held by no request, per worker, from the workers' load reports."""
+    return {w.id: int((w.load or {}).get("device_kv_tokens_cached") or 0) for w in admin.admin.workers.list()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         subagents.append(sub)
 
     time.sleep(1.0)  # the gateway polls the load reports every few hundred milliseconds
-    before = device_used(admin)
+    before = device_cached(admin)
     for sub in subagents:
         closed = sub.close()
         tiers = {
@@ -97,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         f"closed {orchestrator.id} ({closed.info.state}): dropped {closed.dropped_tokens} tokens of KV (orchestrator)"
     )
     time.sleep(1.5)
-    after = device_used(admin)
-    for worker, used in before.items():
-        print(f"load report {worker}: device KV tokens used {used} -> {after.get(worker, 0)} after closing the forks")
+    after = device_cached(admin)
+    for worker, cached in before.items():
+        print(f"load report {worker}: device KV tokens cached {cached} -> {after.get(worker, 0)} after the closes")
     client.close()
     admin.close()
     return 0

@@ -77,9 +77,10 @@ class FakeWorkerBehaviour:
     prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
     # What the load report says was evicted for prefetches, by rank (the fake's prefetches never evict).
     prefetch_evicted_tokens: dict[str, int] = field(default_factory=dict)
-    # The device KV pool the load report states, and the tokens its running sequences hold (None: the prompts seen).
+    # The device KV pool the load report states, and the tokens its running sequences hold (the real worker's
+    # "used": SGLang counts cached pages no request holds as free; the fake's requests end at once, so 0).
     device_kv_tokens_total: int = 1_000_000
-    device_kv_tokens_used: int | None = None
+    device_kv_tokens_used: int = 0
     kv_ops: list[tuple[str, str]] = field(default_factory=list)
     kv_requests: list[SessionKVRequest] = field(default_factory=list)  # the bodies of `kv_ops`, in order
     # Off: no prompt is remembered and nothing is ever cached, so a request costs the same after thousands
@@ -269,14 +270,15 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
     async def load(request: Request) -> Response:
         if not b.extension:
             return missing()
-        used = sum(len(t) - 1 for t in b.device) if b.device_kv_tokens_used is None else b.device_kv_tokens_used
+        cached = sum(len(t) - 1 for t in b.device)
         report = LoadReport(
             at=time.time(),
             running_requests=b.running,
             queued_requests=b.queued,
             queued_prefill_tokens=b.queued_prefill_tokens,
             device_kv_tokens_total=b.device_kv_tokens_total,
-            device_kv_tokens_used=min(used, b.device_kv_tokens_total),
+            device_kv_tokens_used=min(b.device_kv_tokens_used, b.device_kv_tokens_total),
+            device_kv_tokens_cached=min(cached, b.device_kv_tokens_total),
             prefetches_in_flight=sum(1 for p in b.prefetches.values() if p["state"] in ("queued", "running")),
             prefetch_evicted_tokens=dict(b.prefetch_evicted_tokens),
             prefill_tokens_per_s=b.prefill_tokens_per_s,

@@ -99,6 +99,7 @@ class Endpoints:
             queued_prefill_tokens=figures.queued_prefill_tokens,
             device_kv_tokens_total=figures.device_kv_tokens_total,
             device_kv_tokens_used=figures.device_kv_tokens_used,
+            device_kv_tokens_cached=stats.get("device_kv_tokens_cached"),
             host_kv_tokens_total=stats.get("host_kv_tokens_total"),
             host_kv_tokens_used=stats.get("host_kv_tokens_used"),
             prefetches_in_flight=int(stats.get("prefetches_in_flight", 0)),

@@ -103,6 +103,9 @@ class LoadReport(BaseModel):
     worker that does not report it."""
     device_kv_tokens_total: int
     device_kv_tokens_used: int
+    device_kv_tokens_cached: int | None = None
+    """Device tokens cached that no running request holds (SGLang's evictable pages, which it counts as free): where
+    a session's KV waits between turns, and what dropping it frees. None from a worker that does not report it."""
     host_kv_tokens_total: int | None = None
     host_kv_tokens_used: int | None = None
     prefetches_in_flight: int = 0

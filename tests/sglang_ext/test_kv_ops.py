@@ -363,6 +363,27 @@ def test_drop_takes_the_output_that_continues_the_context(workers: tuple[Worker,
     assert consumer.pool_pages(answered) == 0
 
 
+def test_drop_of_a_fork_whose_last_page_is_rendered_otherwise(workers: tuple[Worker, Worker]) -> None:
+    # Two forks of one parent context, each with its own turn. The gateway sends a session's context with its last
+    # answer rendered by the chat template, whose last page differs from the tokens the turn generated (the end of
+    # the message): the fork's own pages still go, the parent's and the sibling's stay.
+    consumer, _ = workers
+    parent = context(2)
+    fork = context(3, prefix=parent)
+    sibling = context(3, prefix=parent)
+    consumer.insert(fork)
+    consumer.insert(sibling)
+    rendered = fork[:-PAGE] + context(1)
+    result = consumer.kv_op("drop", rendered)
+    assert (result["device_tokens"], result["host_tokens"], result["storage_tokens"]) == (3 * PAGE,) * 3
+    assert consumer.tiers(fork) == (2 * PAGE, 2 * PAGE)
+    assert consumer.tiers(sibling) == (5 * PAGE, 5 * PAGE)
+    assert consumer.pool_pages(sibling) == 5
+    # A context that differs earlier than its last page is another session's: nothing of the tree is its own.
+    assert consumer.kv_op("drop", sibling[: 3 * PAGE] + context(2))["device_tokens"] == 0
+    assert consumer.tiers(sibling) == (5 * PAGE, 5 * PAGE)
+
+
 def test_drop_deletes_pool_pages_this_worker_never_held(workers: tuple[Worker, Worker]) -> None:
     consumer, producer = workers
     turn = context(3)

@@ -14,14 +14,15 @@
 - `evictable_below`: the device pages a hinted prefetch may displace (priority-based KV memory),
   in the order SGLang's eviction takes them.
 
-Which pages are the session's (documented in docs/prefetch.md, "Session KV operations"):
-the context's path in the tree, plus everything below the context's last page when the context
-ends inside the tree (its continuation: the turn's own output). A drop takes only the part that
-no other context in this tree continues: it climbs from the bottom while a node has no other
-child, so a prefix that another cached context shares (a common system prompt) stays, in every
-tier. A node that a running request holds (device lock) or that a transfer holds (host lock)
-stays too, with its pool pages. Pages of the context this tree does not hold at all are the
-session's alone as far as this worker can tell, and their pool files are deleted.
+Which pages are the session's (documented in docs/prefetch.md, "Session KV operations"): the
+context's path in the tree, plus everything below the context's last page when the context ends
+inside the tree (its continuation: the turn's own output), or the leaf it diverges from in its last
+page only (the turn's output as generated, which the chat template renders back otherwise). A drop
+takes only the part that no other context in this tree continues: it climbs from the bottom while a
+node has no other child, so a prefix that another cached context shares (a common system prompt)
+stays, in every tier. A node that a running request holds (device lock) or that a transfer holds
+(host lock) stays too, with its pool pages. Pages of the context this tree does not hold at all are
+the session's alone as far as this worker can tell, and their pool files are deleted.
 """
 
 from __future__ import annotations
@@ -208,8 +209,14 @@ def _exclusive_nodes(cache: Any, pages: SessionPages, floor_tokens: int = 0) -> 
         owned = [last, *pages.below]
     elif not last.children and pages.matched_tokens == pages.starts[-1] + len(last.key):
         owned = [last]  # the tree stops where the context goes on: the end of what is cached of it
+    elif not last.children and pages.full_tokens - pages.matched_tokens <= pages.page_size:
+        # It diverges inside a leaf, in its last page only: the turn left the tokens it generated, which the chat
+        # template renders back otherwise at the end of the answer (its end-of-message tokens). The leaf is that
+        # turn's own KV (another context sharing all but the last page of this one and then going on is the one
+        # case taken with it: a recompute for that session, never a wrong page).
+        owned = [last]
     else:
-        return []  # it diverges from the tree inside a node or beside other children: all shared
+        return []  # it diverges from the tree earlier, or beside other children: all shared
     root = _python_core(cache).root_node
     starts = dict(zip(pages.path, pages.starts, strict=True))
     node = last

@@ -633,6 +633,7 @@ class SchedulerExtension:
             host_total = int(host_pool.size)
             host_used = host_total - int(host_pool.available_size())
         return {
+            "device_kv_tokens_cached": int(self._cache.evictable_size()),
             "host_kv_tokens_total": host_total,
             "host_kv_tokens_used": host_used,
             "prefetches_in_flight": self._book.in_flight(),
