@@ -56,7 +56,17 @@ async def kv_request(
         cache_salt=state.salts.for_tenant(record.tenant_id),
         priority=priority,
         ttl_ms=ttl_ms,
+        keep_messages=await _inherited_messages(state, record),
     )
+
+
+async def _inherited_messages(state: GatewayState, record: sessions.SessionRecord) -> int:
+    """A fork's first turn holds its parent's context: those messages' pages are the parent's too, and a drop of the
+    fork leaves them (0 for a session that is no fork)."""
+    first = await state.store.list_turns(record.id, tenant_id=record.tenant_id, after_seq=0, limit=1)
+    if not first or first[0].session_source != "fork":
+        return 0
+    return len(first[0].input_messages)
 
 
 async def _last_tools(state: GatewayState, record: sessions.SessionRecord) -> list[dict[str, Any]] | None:

@@ -196,6 +196,14 @@ class Endpoints:
             "priority": body.priority,
             "ttl_ms": body.ttl_ms,
         }
+        if operation == "drop" and body.messages is not None and body.keep_messages > 0:
+            # The shared messages rendered alone (with the template's generation prompt after them, so the floor
+            # errs towards keeping a few tokens more): nothing of the context before that many tokens goes.
+            try:
+                kept = http_ops.render_chat(body.messages[: body.keep_messages], body.tools)
+            except http_ops.RenderError as error:
+                return error_response(400, "invalid_messages", str(error))
+            call["floor_tokens"] = len(kept)
         # The L3 keys of the context's pages, hashed here (a thread of the HTTP process), not on the scheduler's.
         hashes = await asyncio.to_thread(
             kv_ops.context_page_hashes, array("q", input_ids), body.cache_salt, http_ops.model_facts().page_size

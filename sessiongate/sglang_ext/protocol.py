@@ -215,6 +215,9 @@ class SessionKVRequest(_Context):
     """If given, the worker's served model name; another name is refused (400, `wrong_model`)."""
     priority: int = 0
     ttl_ms: int = Field(default=300_000, ge=1, le=86_400_000)
+    keep_messages: int = Field(default=0, ge=0)
+    """drop, with `messages`: the first so many messages are another session's context too (a fork's parent's):
+    the pages up to their end stay, whatever the tree shows below them."""
 
 
 class KVOpResult(BaseModel):

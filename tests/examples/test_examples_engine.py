@@ -162,7 +162,8 @@ def test_fork_subagents_example(gateway_url: str) -> None:
     assert len(closed) == 3, out
     assert "could not drop" not in out, out  # every worker answered the drops
     # Each fork's close frees the fork's own pages (its turn's KV, whose last page the chat template renders back
-    # otherwise than the model generated it), then the orchestrator's its context.
+    # otherwise than the model generated it) and keeps the context it shares with the orchestrator, whose close
+    # then frees that.
     assert all(int(tokens) > 0 for tokens in closed), out
     # The worker's load report shows the pages go: what it holds cached falls.
     reports = re.findall(r"load report \S+: device KV tokens cached (\d+) -> (\d+)", out)

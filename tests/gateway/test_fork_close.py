@@ -85,6 +85,26 @@ async def test_close_frees_the_kv_everywhere_and_refuses_further_turns(gateway: 
     assert refused.status_code == 409
 
 
+async def test_a_forks_close_keeps_the_context_it_shares_with_its_parent(gateway: Gateway) -> None:
+    history = await _parent(gateway)
+    forked = await gateway.client.post("/v1/sessions/parent/fork", json={"session_id": "child"})
+    assert forked.status_code == 201, forked.text
+    shared = forked.json()["shared_messages"]
+    assert shared == len(history)
+    own = [*history, {"role": "user", "content": "the child's own task"}]
+    answered = await gateway.client.post(
+        "/v1/chat/completions", json={"messages": own}, headers={"x-session-id": "child"}
+    )
+    assert answered.status_code == 200, answered.text
+    assert (await gateway.client.post("/v1/sessions/child/close")).status_code == 200
+    assert (await gateway.client.post("/v1/sessions/parent/close")).status_code == 200
+    for behaviour in gateway.workers.values():
+        bodies = dict(zip(behaviour.kv_ops, behaviour.kv_requests, strict=True))
+        # The fork's drop names the messages its parent's context holds, whose pages stay; the parent's names none.
+        assert bodies[("drop", "child")].keep_messages == shared
+        assert bodies[("drop", "parent")].keep_messages == 0
+
+
 async def test_deleting_a_chains_last_response_closes_its_session(gateway: Gateway) -> None:
     first = (await gateway.client.post("/v1/responses", json={"input": "hello"})).json()
     second = await gateway.client.post("/v1/responses", json={"input": "more", "previous_response_id": first["id"]})

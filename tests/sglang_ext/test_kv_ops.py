@@ -384,6 +384,39 @@ def test_drop_of_a_fork_whose_last_page_is_rendered_otherwise(workers: tuple[Wor
     assert consumer.tiers(sibling) == (5 * PAGE, 5 * PAGE)
 
 
+def test_drop_of_a_fork_whose_own_part_is_one_page_rendered_otherwise(workers: tuple[Worker, Worker]) -> None:
+    # A fork whose own task and answer fill one page: rendered back, that page matches its node's only in its first
+    # half. The node sharing the longest token prefix with it is the fork's; its sibling shares none.
+    consumer, _ = workers
+    parent = context(2)
+    fork = context(1, prefix=parent)
+    sibling = context(1, prefix=parent)
+    consumer.insert(fork)
+    consumer.insert(sibling)
+    rendered = fork[: 2 * PAGE + PAGE // 2] + context(1)[: PAGE // 2]
+    result = consumer.kv_op("drop", rendered)
+    assert (result["device_tokens"], result["host_tokens"]) == (PAGE, PAGE)
+    assert consumer.tiers(fork) == (2 * PAGE, 2 * PAGE)
+    assert consumer.tiers(sibling) == (3 * PAGE, 3 * PAGE)
+    assert consumer.pool_pages(sibling) == 3
+
+
+def test_a_forks_drop_keeps_what_it_shares_with_its_parent(workers: tuple[Worker, Worker]) -> None:
+    # The last fork standing: nothing in the tree says the parent's pages are another session's (their node has the
+    # fork's alone below it), the floor does.
+    consumer, _ = workers
+    parent = context(2)
+    fork = context(2, prefix=parent)
+    consumer.insert(parent)  # the parent's turns came first, the fork's after
+    consumer.insert(fork)
+    body = {"session_id": "s", "input_ids": fork, "priority": 1, "ttl_ms": 60_000, "floor_tokens": 2 * PAGE}
+    result = consumer.extension.drop(body)
+    assert (result["device_tokens"], result["host_tokens"]) == (2 * PAGE, 2 * PAGE)
+    assert consumer.tiers(fork) == (2 * PAGE, 2 * PAGE)  # the parent's two pages stay, in every tier
+    assert consumer.pool_pages(parent) == 2
+    assert consumer.kv_op("drop", parent)["device_tokens"] == 2 * PAGE  # without a floor: the parent goes too
+
+
 def test_drop_deletes_pool_pages_this_worker_never_held(workers: tuple[Worker, Worker]) -> None:
     consumer, producer = workers
     turn = context(3)

@@ -161,6 +161,10 @@ def session_pages(
     while offset < len(key):
         child = node.children.get(key.child_key_at(offset, page))
         if child is None or (child.evicted and not child.backuped):
+            partial = _partial_child(node, key, offset, page)
+            if partial is not None:
+                path.append(partial)
+                starts.append(offset)
             break
         matched = child.key.match_at(key, offset, page_size=page)
         if matched == 0:
@@ -176,6 +180,36 @@ def session_pages(
     ended = bool(path) and offset == len(key)
     below = _descendants(path[-1]) if ended else []
     return SessionPages(path, starts, offset, ended, below, page, len(key))
+
+
+def _partial_child(node: Any, key: Any, offset: int, page: int) -> Any:
+    """The child of `node` that the context's last page continues inside that page only, or None.
+
+    A turn leaves the tokens it generated in the tree; the session's context renders that answer back through the
+    chat template, whose end of message can differ, so the context's last page matches no child page for page. The
+    child sharing the longest token prefix with that page (and no sibling sharing as long a one) is the turn's own.
+    """
+    rest = key.raw_token_ids()[offset:]
+    if not rest or len(rest) > page:
+        return None
+    best: Any = None
+    best_shared, tied = 0, False
+    for child in node.children.values():
+        theirs = child.key
+        if theirs.cache_salt != key.cache_salt or theirs.extra_key != key.extra_key:
+            continue
+        if child.evicted and not child.backuped:
+            continue
+        shared = 0
+        for ours, their in zip(rest, theirs.raw_token_ids(), strict=False):
+            if ours != their:
+                break
+            shared += 1
+        if shared > best_shared:
+            best, best_shared, tied = child, shared, False
+        elif shared and shared == best_shared:
+            tied = True
+    return None if tied else best
 
 
 def tier_tokens(pages: SessionPages) -> tuple[int, int]:

@@ -507,7 +507,8 @@ class SchedulerExtension:
             if record is not None and record.session_id == session_id:
                 self.cancel(prefetch_id)
         hashes = self._page_hashes(body, token_ids, cache_salt)
-        outcome, pool_hashes = kv_ops.drop_pages(self._cache, self._fate, pages, hashes)
+        floor = int(body.get("floor_tokens") or 0)
+        outcome, pool_hashes = kv_ops.drop_pages(self._cache, self._fate, pages, hashes, floor_tokens=floor)
         try:
             # The files go on the janitor's thread: the reply carries its ticket, the caller asks for the outcome.
             ticket: str | None = self._janitor.submit(kv_ops.pool_page_deletion(self._cache, pool_hashes))
