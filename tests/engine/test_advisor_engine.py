@@ -91,10 +91,12 @@ async def test_explicit_hint_moves_the_kv_to_the_other_worker(gateway: httpx.Asy
             break  # the worker reported the prefetch done (on its device, or in host memory if the device was full)
         assert time.monotonic() < deadline, kv
         await asyncio.sleep(0.2)
-    assert (await gateway.post(f"/v1/admin/workers/{home}/undrain", headers=ADMIN)).status_code == 200
-
+    # The turn comes while its home is still draining (the load that moved the advisory away has not gone): it
+    # goes where the advisory brought its KV. (Once home is back with the KV still on its device, either worker is
+    # as good, and a landed reservation only breaks ties: tests/gateway/test_routing.py.)
     messages.append({"role": "user", "content": "And what should I eat?"})
     second = await gateway.post("/v1/chat/completions", json={**base, "messages": messages}, headers=headers)
+    assert (await gateway.post(f"/v1/admin/workers/{home}/undrain", headers=ADMIN)).status_code == 200
     assert second.status_code == 200, second.text
     assert second.headers["x-sessiongate-worker"] == target
     details = second.json()["usage"]["prompt_tokens_details"]["cached_tokens_details"]
