@@ -40,7 +40,9 @@ __all__ = [
     "MooncakeMaster",
     "build_master_command",
     "mooncake_unavailable",
+    "spawn_logged",
     "start_master",
+    "stop_process_group",
 ]
 
 _POLL_SECONDS = 0.2
@@ -166,14 +168,7 @@ class MooncakeMaster:
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM, then SIGKILL to its process group after `timeout` seconds; return its exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-        return self.process.wait()
+        return stop_process_group(self.process, timeout)
 
     def __enter__(self) -> MooncakeMaster:
         return self
@@ -184,15 +179,30 @@ class MooncakeMaster:
 
 def start_master(config: MasterConfig) -> MooncakeMaster:
     """Start `mooncake_master` for `config` in its own process group; call `wait_ready()` next."""
-    config.log_file.parent.mkdir(parents=True, exist_ok=True)
-    command = build_master_command(config)
-    with config.log_file.open("ab") as log:
+    return MooncakeMaster(config=config, process=spawn_logged(build_master_command(config), config.log_file))
+
+
+def spawn_logged(command: list[str], log_file: Path) -> subprocess.Popen[bytes]:
+    """`command` in its own process group, its output appended to `log_file` after a line naming it."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
         log.write(f"\n=== sessiongate: starting {' '.join(command)}\n".encode())
         log.flush()
-        process = subprocess.Popen(
+        return subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    return MooncakeMaster(config=config, process=process)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], timeout: float) -> int:
+    """SIGTERM, then SIGKILL to its process group after `timeout` seconds; its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return process.wait()
 
 
 def mooncake_unavailable(python: str | None = None) -> str | None:

@@ -16,8 +16,6 @@ interpreter, which has it.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -25,7 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sessiongate.sglang_ext.mooncake import MasterConfig, MasterStartError, MooncakeMaster
+from sessiongate.sglang_ext.mooncake import (
+    MasterConfig,
+    MasterStartError,
+    MooncakeMaster,
+    spawn_logged,
+    stop_process_group,
+)
 from sessiongate.sglang_ext.worker_process import log_tail
 
 __all__ = ["StorageNode", "StorageNodeConfig", "build_node_command", "main", "start_storage_node"]
@@ -87,14 +91,7 @@ class StorageNode:
         return MasterStartError(f"{what}; the end of {self.config.log_file}:\n{log_tail(self.config.log_file)}")
 
     def stop(self, timeout: float = 10.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-        return self.process.wait()
+        return stop_process_group(self.process, timeout)
 
     def __enter__(self) -> StorageNode:
         return self
@@ -105,15 +102,7 @@ class StorageNode:
 
 def start_storage_node(config: StorageNodeConfig) -> StorageNode:
     """Start the node in its own process group; call `wait_ready(master)` next."""
-    config.log_file.parent.mkdir(parents=True, exist_ok=True)
-    command = build_node_command(config)
-    with config.log_file.open("ab") as log:
-        log.write(f"\n=== sessiongate: starting {' '.join(command)}\n".encode())
-        log.flush()
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    return StorageNode(config=config, process=process)
+    return StorageNode(config=config, process=spawn_logged(build_node_command(config), config.log_file))
 
 
 def main(argv: list[str] | None = None) -> int:
