@@ -27,6 +27,8 @@ async def kv_everywhere(
     """Run a KV operation on every routable worker; one entry per worker, its result or its error."""
     if kv is None:
         return []
+    if operation == "drop":
+        kv = kv.model_copy(update={"keep_messages": await _inherited_messages(state, record)})
     workers = state.router.candidates()
 
     async def one(worker_id: str, url: str) -> dict[str, Any]:
@@ -56,7 +58,6 @@ async def kv_request(
         cache_salt=state.salts.for_tenant(record.tenant_id),
         priority=priority,
         ttl_ms=ttl_ms,
-        keep_messages=await _inherited_messages(state, record),
     )
 
 

@@ -24,11 +24,11 @@ __all__ = [
     "insert_response_sync",
     "response_context_sync",
     "response_row",
-    "session_responses",
 ]
 
 
-def _record(row: ResponseRow) -> ResponseRecord:
+def _record(row: Any) -> ResponseRecord:
+    """A `ResponseRow`, or a Core row of its columns (the per-request path reads those)."""
     return ResponseRecord(
         id=row.id,
         tenant_id=row.tenant_id,
@@ -54,19 +54,18 @@ async def get_response(db: AsyncSession, response_id: str, tenant_id: str) -> Re
     return _record(await response_row(db, response_id, tenant_id))
 
 
-async def session_responses(db: AsyncSession, session_id: str) -> list[str]:
-    """The ids of the session's responses, oldest first."""
-    rows = await db.scalars(
-        select(ResponseRow.id).where(ResponseRow.session_id == session_id).order_by(ResponseRow.created_at)
-    )
-    return list(rows)
-
-
-async def delete_response(db: AsyncSession, response_id: str, tenant_id: str) -> ResponseRecord:
+async def delete_response(db: AsyncSession, response_id: str, tenant_id: str) -> tuple[ResponseRecord, bool]:
+    """Delete the tenant's response; returns it and whether it was its chain's last (the session's newest)."""
     row = await response_row(db, response_id, tenant_id)
+    newest = await db.scalar(
+        select(ResponseRow.id)
+        .where(ResponseRow.session_id == row.session_id)
+        .order_by(ResponseRow.created_at.desc())
+        .limit(1)
+    )
     record = _record(row)
     await db.delete(row)
-    return record
+    return record, newest == response_id
 
 
 # The per-request path: plain `Connection` work, run by the store's `_per_request` (on an SQLite file, in the group
@@ -91,15 +90,4 @@ def response_context_sync(
         .where(Turn.session_id == row.session_id, Turn.status == "ok", Turn.seq <= (seq or 0))
         .order_by(Turn.seq)
     ).all()
-    record = ResponseRecord(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        session_id=row.session_id,
-        turn_id=row.turn_id,
-        previous_response_id=row.previous_response_id,
-        instructions=row.instructions,
-        input_items=[dict(item) for item in row.input_items],
-        body=dict(row.body),
-        created_at=row.created_at,
-    )
-    return record, history.context_messages(turns)
+    return _record(row), history.context_messages(turns)

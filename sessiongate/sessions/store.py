@@ -13,6 +13,7 @@ backend's `INSERT ... ON CONFLICT`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -266,18 +267,7 @@ class SqlSessionStore:
             body=dict(body),
             created_at=self._clock(),
         )
-        values = {
-            "id": record.id,
-            "tenant_id": record.tenant_id,
-            "session_id": record.session_id,
-            "turn_id": record.turn_id,
-            "previous_response_id": record.previous_response_id,
-            "instructions": record.instructions,
-            "input_items": record.input_items,
-            "body": record.body,
-            "created_at": record.created_at,
-        }
-        await self._per_request(responses.insert_response_sync, values)
+        await self._per_request(responses.insert_response_sync, dataclasses.asdict(record))
         return record
 
     async def get_response(self, response_id: str, *, tenant_id: str) -> ResponseRecord:
@@ -291,11 +281,7 @@ class SqlSessionStore:
 
     async def delete_response(self, response_id: str, *, tenant_id: str) -> tuple[ResponseRecord, bool]:
         async with self._transaction() as db:
-            ids = await responses.session_responses(
-                db, (await responses.response_row(db, response_id, tenant_id)).session_id
-            )
-            record = await responses.delete_response(db, response_id, tenant_id)
-            return record, bool(ids) and ids[-1] == response_id
+            return await responses.delete_response(db, response_id, tenant_id)
 
     # administration (across tenants)
 

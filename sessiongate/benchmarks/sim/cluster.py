@@ -429,11 +429,14 @@ class _Cluster:
 
     def _fire_due(self, _: object = None) -> None:
         """Scheduled advisories whose time has come fire at the worker the policy picks now (`Advisor.tick`)."""
-        now = self.loop.now
-        for advisory in self.book.due(now):
-            worker = self.policy.choose(self._route_for_hint(advisory.session_id, now, None), self._views())
-            advisory.worker_id, advisory.worker_url = worker.id, worker.url
+        for advisory in self.book.due(self.loop.now):
+            self._retarget(advisory)
             self._fire(advisory)
+
+    def _retarget(self, advisory: LiveAdvisory) -> None:
+        """`Advisor._retarget`: point a not yet fired advisory at the policy's choice now."""
+        worker = self.policy.choose(self._route_for_hint(advisory.session_id, self.loop.now, None), self._views())
+        advisory.worker_id, advisory.worker_url = worker.id, worker.url
 
     def _new_advisory(
         self,

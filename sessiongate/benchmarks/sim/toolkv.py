@@ -83,6 +83,7 @@ class _Cluster(Protocol):
     def _route_for_hint(self, session_id: str, now: float, reservation: Reservation | None) -> RouteRequest: ...
     def _views(self) -> Sequence[WorkerView]: ...
     def _fire(self, advisory: LiveAdvisory) -> None: ...
+    def _retarget(self, advisory: LiveAdvisory) -> None: ...
     def _settle(self, advisory: LiveAdvisory, outcome: str, lead_s: float | None) -> None: ...
     def _expire(self, _: Any) -> None: ...
 
@@ -139,7 +140,7 @@ class SimToolKV:
             c.loop.at(live.expires_at, c._expire)
             if live.fire_at > now:
                 return "refreshed"
-            self._retarget(live)
+            self.cluster._retarget(live)
             for due in c.book.due(now):
                 c._fire(due)
             c.stats.tool_kv_event("early")
@@ -223,14 +224,8 @@ class SimToolKV:
             c.loop.at(advisory.fire_at, self.tick)
         for advisory in c.book.due(now):
             if advisory.fire_at > advisory.created_at:  # scheduled for later: the router's choice may have changed
-                self._retarget(advisory)
+                self.cluster._retarget(advisory)
             c._fire(advisory)
-
-    def _retarget(self, advisory: LiveAdvisory) -> None:
-        """`Advisor._retarget`: point a not yet fired advisory at the policy's choice now."""
-        c = self.cluster
-        worker = c.policy.choose(c._route_for_hint(advisory.session_id, c.loop.now, None), c._views())
-        advisory.worker_id, advisory.worker_url = worker.id, worker.url
 
     def _until_lapsed(self, advisory: LiveAdvisory) -> None:
         """A tick when a retain lapses, then every `TICK_S` until it has: a retain that fell back to a prefetch

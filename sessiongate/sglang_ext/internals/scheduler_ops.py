@@ -398,9 +398,12 @@ class SchedulerExtension:
         for prefetch_id, job in waiting:
             residency = self._residency(job)
             record = self._record(prefetch_id)
-            evictable = self._evictable(record.priority)
             free = int(self._scheduler.token_to_kv_pool_allocator.available_size())
-            quota = self._device_quota(evictable.tokens if evictable is not None else 0)
+            quota = self._device_quota()
+            # Walking the tree for what ranks below the prefetch is for when free pages alone cannot hold it.
+            evictable = self._evictable(record.priority) if quota < residency.host_tokens else None
+            if evictable is not None:
+                quota = self._device_quota(evictable.tokens)
             if residency.host_tokens > 0 and self._cache.load_back(residency.best_match_node, mem_quota=quota):
                 if evictable is not None:
                     for rank_class, tokens in evictable.classes_of_first(residency.host_tokens - free).items():
