@@ -455,6 +455,12 @@ async def test_a_tool_result_too_close_to_its_turn_does_not_fire_the_prefetch(ma
         (settled,) = await _settled(gw, "close-2")
         assert settled.outcome == "cancelled"  # withdrawn unfired: no outcome the adaptive rule judges
         assert advisor.stats.missed == missed  # the turn was foreseen, not missed
+
+        # close-1's fired prefetch is a task of its own, which a loaded machine may not have run to its send yet.
+        async def sent() -> bool:
+            return _prefetches(gw)["worker-a"] + _prefetches(gw)["worker-b"] >= 1
+
+        await eventually(sent)
         assert _prefetches(gw)["worker-a"] + _prefetches(gw)["worker-b"] == 1  # close-1's only
         clock.now += 120.0  # the planned fire time passes: nothing is left to fire
         await asyncio.sleep(0.2)
