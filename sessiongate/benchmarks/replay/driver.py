@@ -171,13 +171,19 @@ class _Run:
                     due = previous_end + turn.gap_s * (tool_scale if turn.kind == "tool" else scale)
                     if open_loop and turn.at_s is not None:
                         due = max(turn.at_s * scale, previous_end)
+                    advised: anyio.Event | None = None
                     if self.options.oracle_lead_s is not None:
                         context = session.prompt_tokens(k) - turn.append_tokens
                         at = max(previous_end, due - self.options.oracle_lead_s(context))
-                        hints.start_soon(self._hint, Hint(session.id, k, 0.0, "explicit"), at)
+                        advised = anyio.Event()
+                        hints.start_soon(self._hint, Hint(session.id, k, 0.0, "explicit"), at, advised)
                     await anyio.sleep_until(self.start + due)
                     if self._past_deadline():
                         break
+                    if advised is not None:
+                        # The oracle's advise precedes its turn by definition: on a loaded machine its POST can
+                        # still be in flight at the turn's due time, and a turn sent first would orphan it.
+                        await advised.wait()
                 content = self.options.text.message(turn.append_tokens, rng)
                 if call is not None:
                     if self.options.post_tool_results:
@@ -220,7 +226,14 @@ class _Run:
             self.result.tools["post errors"] += 1
             self.result.hint_errors[f"tool_results HTTP {response.status_code}"] += 1
 
-    async def _hint(self, hint: Hint, fire_at: float) -> None:
+    async def _hint(self, hint: Hint, fire_at: float, sent: anyio.Event | None = None) -> None:
+        try:
+            await self._send_hint(hint, fire_at)
+        finally:
+            if sent is not None:
+                sent.set()
+
+    async def _send_hint(self, hint: Hint, fire_at: float) -> None:
         await anyio.sleep_until(self.start + fire_at)
         if self._past_deadline():
             return  # no turn is sent after the window: its hint would be a false one
