@@ -144,7 +144,7 @@ def pool_operations(tokens: list[int], page: int, repeats: int) -> list[tuple[st
 
 
 def race_guard(tokens: list[int], page: int, repeats: int) -> list[tuple[str, float, float]]:
-    from sessiongate.sglang_ext.internals.scheduler_ops import _agree
+    from sessiongate.sglang_ext.internals.load_guard import _agree
 
     context = array("q", tokens)
     request_ids = [*tokens, 1, 2, 3]  # the next turn: the context and a few new tokens

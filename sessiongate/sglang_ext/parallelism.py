@@ -1,7 +1,7 @@
 """Why the extension refuses a worker that runs more than one scheduler rank (TP, PP or DP > 1).
 
 The extension decides on each scheduler from that scheduler's own state and clock: when a prefetch's load may
-start (`SchedulerExtension._start_loads`), which nodes rank first for eviction (`kv_fate`, by `time.monotonic`),
+start (`PrefetchJobs.start_loads`), which nodes rank first for eviction (`kv_fate`, by `time.monotonic`),
 what a no-keep request leaves behind. SGLang's tensor-parallel ranks must take the same cache decisions in
 lockstep (it all-reduces its own, e.g. in `loading_check`); decisions taken on each rank's clock can diverge, and
 then the ranks' trees differ and a collective hangs or a rank reads another's pages. Until those decisions come

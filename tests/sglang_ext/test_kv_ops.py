@@ -110,7 +110,7 @@ class Worker:
         while not record.finished and time.monotonic() < deadline:
             self.cache.check_hicache_events()
             self.extension.tick()
-            record = self.extension._record(record.prefetch_id)
+            record = self.extension.prefetches.record(record.prefetch_id)
             time.sleep(0.01)
         assert record.state == "done", record
         return record

@@ -2,7 +2,7 @@
 
 The token ids and page hashes a call carries in compact forms (`call_payload`); pool deletions on the janitor's
 thread, their outcome asked for without waiting (`pool_janitor`); the race guard's compare decided once per
-request (`scheduler_ops._agree`); the eviction key's fast path for unmarked nodes (`kv_ops._FateOrder`), which must
+request (`load_guard._agree`); the eviction key's fast path for unmarked nodes (`kv_ops._FateOrder`), which must
 rank exactly as the full look-up. The drop's whole path on SGLang's real cache classes: test_kv_ops.py; through a
 real worker's HTTP endpoints: test_prefetch_engine.py.
 """
@@ -77,7 +77,7 @@ def test_a_failed_deletion_and_forgotten_tickets_answer_nothing_deleted() -> Non
 
 
 def test_the_race_guard_compares_the_first_loaded_page_then_the_prefix(cpu_compat: bool) -> None:
-    from sessiongate.sglang_ext.internals.scheduler_ops import _agree
+    from sessiongate.sglang_ext.internals.load_guard import _agree
 
     page = 64
     context = array("q", range(10, 10 + 8 * page))

@@ -5,9 +5,10 @@ the one place that references SGLang's internal modules; it was split along the 
 
 - `ipc`: the request/reply types the HTTP process and the scheduler exchange over SGLang's own
   ZMQ channels (registered with its msgpack codec), and the hooks that install them;
-- `scheduler_ops`: what runs on the scheduler's thread: prefetch from the L3 pool into host and
-  device memory with UnifiedRadixCache's own machinery, and the counters the load report needs;
-  `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
+- `scheduler_ops`: what runs on the scheduler's thread (`SchedulerExtension`): the prefetches from the
+  L3 pool into host and device memory with UnifiedRadixCache's own machinery (`prefetch_jobs`, the
+  copies a batch must wait for in `load_guard`), the session KV operations (`session_kv_ops`), and the
+  counters the load report needs; `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
 - `http_ops`: what runs in the HTTP server process: routes on SGLang's FastAPI app, the chat
   template rendering of the OpenAI endpoint, the scheduler's published load snapshot, and the
   awaitable calls into the scheduler.

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from sglang.srt.managers.io_struct import BaseReq, hook_custom_types
 
-__all__ = ["SessiongateCall", "SessiongateReply", "register_types"]
+__all__ = ["CallError", "SessiongateCall", "SessiongateReply", "register_types"]
+
+
+class CallError(Exception):
+    """A call the scheduler refuses (unknown prefetch id, unknown op): its `code` goes on the wire."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class SessiongateCall(BaseReq, kw_only=True):  # type: ignore[misc, call-arg]

@@ -8,7 +8,7 @@ plug-in loader applies before the scheduler is built (`install_scheduler_hooks`,
   against the microseconds its prefill and decode steps took) into the speed meters;
 - AFTER `Scheduler._add_request_to_queue`: a no-keep request is registered as it arrives (`no_keep`);
 - AFTER `Scheduler.get_new_batch_prefill`: a new prefill batch that reads pages a prefetch copy is still
-  loading waits for that copy (`SchedulerExtension.guard_new_batch`);
+  loading waits for that copy (`load_guard.LoadGuard.guard_new_batch`);
 - AFTER `cache_controller.storage_model_name`: the pool's keys are namespaced by model and its revision, KV
   cache dtype (FP8 variant included) and scales, page size, layout and KV shape (`sglang_ext.pool_namespace`).
 """
