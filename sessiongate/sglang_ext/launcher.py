@@ -235,6 +235,9 @@ def _storage_extra_config(config: WorkerConfig) -> dict[str, object]:
     return extra
 
 
+HEALTH_GENERATION_ENV = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
+
+
 def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str]:
     """The server's environment: `environ` plus what the worker needs on this machine."""
     env = dict(environ)
@@ -243,6 +246,11 @@ def build_env(config: WorkerConfig, environ: Mapping[str, str]) -> dict[str, str
         env[ENABLE_ENV] = "1"  # the plug-in is opt-in: SGLang servers not started here stay as they are
     else:
         env.pop(ENABLE_ENV, None)
+    # SGLang's `/health` runs a one-token generation unless told otherwise: the gateway's poll every few seconds
+    # would be a forward pass per worker that shows up as load (and waits a second). Liveness of the server is
+    # what the poll asks; a scheduler that stops answering is caught by the turns' own timeouts. An operator's
+    # own setting wins.
+    env.setdefault(HEALTH_GENERATION_ENV, "false")
     if not _on_cpu(config) and config.gpu_id is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(config.gpu_id)  # one GPU per worker: SGLang uses the first it sees
     if _on_cpu(config):

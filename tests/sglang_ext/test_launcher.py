@@ -81,6 +81,16 @@ def test_cpu_env_has_the_cpu_engine_and_the_compat_site_first(cpu_config: Worker
     assert environ["PYTHONPATH"] == "/elsewhere"  # the caller's mapping is left alone
 
 
+def test_the_health_endpoint_generates_nothing_unless_the_operator_says_so(cpu_config: WorkerConfig) -> None:
+    assert build_env(cpu_config, {})["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
+    assert (
+        build_env(cpu_config, {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "1"})[
+            "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
+        ]
+        == "1"
+    )
+
+
 def test_cpu_threads_bound_the_cpu_engines_openmp_pool(tmp_path: Path) -> None:
     shared = WorkerConfig(state_dir=tmp_path, device="cpu", cpu_threads=3)
     assert build_env(shared, {"OMP_NUM_THREADS": "16"})["OMP_NUM_THREADS"] == "3"
@@ -123,7 +133,12 @@ def test_cuda_command_and_env_leave_sglang_alone(tmp_path: Path) -> None:
     assert flag_value(command, "--tool-call-parser") == "qwen25"
     assert "--constrained-json-disable-any-whitespace" not in command
     env = build_env(config, {"PATH": "/usr/bin"})
-    assert env == {"PATH": "/usr/bin", "SESSIONGATE_EXTENSION": "1"}  # only the plug-in's switch
+    # only the plug-in's switch and a health check that generates nothing
+    assert env == {
+        "PATH": "/usr/bin",
+        "SESSIONGATE_EXTENSION": "1",
+        "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "false",
+    }
 
 
 def test_options_reach_the_command(tmp_path: Path) -> None:

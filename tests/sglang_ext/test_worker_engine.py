@@ -74,6 +74,16 @@ def test_plugin_info_endpoint(client: httpx.Client, worker: WorkerProcess) -> No
     assert info.storage_backend == "file"
 
 
+def test_health_answers_without_a_generation(client: httpx.Client) -> None:
+    # SGLang's generating health check polls for the detokenizer's answer once a second, so it never answers in
+    # under a second; without the generation it answers at once (the gateway polls it every few seconds).
+    for _ in range(3):
+        started = time.monotonic()
+        response = client.get("/health")
+        assert response.status_code == 200
+        assert time.monotonic() - started < 0.9
+
+
 def test_extending_a_conversation_reports_cached_tokens(client: httpx.Client) -> None:
     first = [
         {"role": "system", "content": long_system_prompt("extend")},
