@@ -28,7 +28,7 @@ from sessiongate.sglang_ext import parallelism
 from sessiongate.sglang_ext.cpu_compat import SITE_DIR
 from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, equal_gpu_fraction, host_kv_pool_gb
 from sessiongate.sglang_ext.hardware import has_cuda
-from sessiongate.sglang_ext.models import model_dir
+from sessiongate.sglang_ext.models import MODELS, model_dir
 from sessiongate.sglang_ext.plugin import ENABLE_ENV, TINY_TOOL_CALL_PARSER
 from sessiongate.sglang_ext.ports import PortClaims, PortTaken
 from sessiongate.sglang_ext.tiny_model import is_complete
@@ -118,6 +118,19 @@ def _named_model_dir(config: WorkerConfig) -> Path:
     return model_dir(config.state_dir, config.model_size)
 
 
+def served_model_name(config: WorkerConfig) -> str | None:
+    """The name users see (`/v1/models`, the chat page, responses): as configured; else a named model's own name, or a
+    local model directory's name. SGLang's default is the model path, a directory of this machine. None: a hub id,
+    which is a name already."""
+    if config.served_model_name is not None:
+        return config.served_model_name
+    if config.model_path is None:
+        return MODELS[config.model_size].served_name
+    if config.model_path.is_dir():
+        return config.model_path.name
+    return None
+
+
 def build_command(config: WorkerConfig) -> list[str]:
     """The SGLang server command line for `config` (run it with `build_env`'s environment)."""
     on_cpu = _on_cpu(config)
@@ -157,8 +170,9 @@ def build_command(config: WorkerConfig) -> list[str]:
             command += [flag, str(value)]
     if config.api_key:
         command += ["--api-key", config.api_key]
-    if config.served_model_name is not None:
-        command += ["--served-model-name", config.served_model_name]
+    served_name = served_model_name(config)
+    if served_name is not None:
+        command += ["--served-model-name", served_name]
     if config.extension and (config.model_path is None or is_complete(config.model_path)):
         # The models sessiongate makes (here, or by another worker and shared by path) carry its ChatML
         # template with Qwen 2.5's tool-call format (`sglang_ext.tiny_tokenizer`): that parser, and forced calls

@@ -53,14 +53,16 @@ class NamedModel:
     """The device KV pool (`--max-total-tokens`) of a worker of this model unless configured otherwise."""
     real: bool
     """Trained weights (real answers), as opposed to random ones (noise)."""
+    served_name: str
+    """The name its worker serves it under (`/v1/models`, the chat page), instead of SGLang's default: the path."""
 
 
 MODELS: dict[str, NamedModel] = {
-    "tiny": NamedModel("tiny", SIZES["tiny"], kv_tokens=4096, real=False),
-    "medium": NamedModel("medium", SIZES["medium"], kv_tokens=4096, real=False),
+    "tiny": NamedModel("tiny", SIZES["tiny"], kv_tokens=4096, real=False, served_name="tiny"),
+    "medium": NamedModel("medium", SIZES["medium"], kv_tokens=4096, real=False, served_name="medium"),
     # Its full context: 46 KB of float32 KV per token, 377 MB on the device and twice that in host memory
     # (hicache_ratio 2), so two CPU workers with 538 MB of weights each fit a 24 GiB machine with room to spare.
-    "smollm2": NamedModel("smollm2", smollm2.SHAPE, kv_tokens=8192, real=True),
+    "smollm2": NamedModel("smollm2", smollm2.SHAPE, kv_tokens=8192, real=True, served_name="SmolLM2-135M-Instruct"),
 }
 MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
 

@@ -81,6 +81,20 @@ def test_cpu_env_has_the_cpu_engine_and_the_compat_site_first(cpu_config: Worker
     assert environ["PYTHONPATH"] == "/elsewhere"  # the caller's mapping is left alone
 
 
+def test_a_worker_serves_its_model_under_the_models_name_not_a_path(tmp_path: Path) -> None:
+    def served(config: WorkerConfig) -> str | None:
+        command = build_command(config)
+        return flag_value(command, "--served-model-name") if "--served-model-name" in command else None
+
+    assert served(WorkerConfig(state_dir=tmp_path)) == "tiny"
+    assert served(WorkerConfig(state_dir=tmp_path, model_size="smollm2")) == "SmolLM2-135M-Instruct"
+    local = tmp_path / "checkpoints" / "my-finetune"
+    local.mkdir(parents=True)
+    assert served(WorkerConfig(state_dir=tmp_path, model_path=local, device="cuda")) == "my-finetune"
+    assert served(WorkerConfig(state_dir=tmp_path, model_path=Path("org/model"), device="cuda")) is None  # a hub id
+    assert served(WorkerConfig(state_dir=tmp_path, model_path=local, served_model_name="ours")) == "ours"
+
+
 def test_the_health_endpoint_generates_nothing_unless_the_operator_says_so(cpu_config: WorkerConfig) -> None:
     assert build_env(cpu_config, {})["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"
     assert (

@@ -70,6 +70,8 @@ def test_plugin_info_endpoint(client: httpx.Client, worker: WorkerProcess) -> No
     assert info.cpu_compat is not has_cuda()
     assert info.page_size == worker.config.page_size
     assert info.model_path == str(model_dir(worker.config.state_dir, "tiny"))
+    assert info.served_model_name == "tiny"  # the model's name where users see it, not this machine's path
+    assert [model["id"] for model in client.get("/v1/models").json()["data"]] == ["tiny"]
     assert info.hierarchical_cache is True
     assert info.storage_backend == "file"
 
