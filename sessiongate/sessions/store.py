@@ -4,10 +4,10 @@ The gateway holds one store for the life of the process and calls it from many t
 opens its own transaction, commits before returning and returns frozen records, never ORM objects. The calls
 made for every chat turn (`begin_turn`, `mark_dispatched`, `complete_turn`, `fail_turn`) run SQLAlchemy Core on
 a connection (`_connection`), the others the ORM on an `AsyncSession` (`_transaction`); both translate database
-failures into `StoreUnavailable` (`_store_errors`). The store opens transactions and delegates: turns and tool
-calls to `turns.py`, session rows to `session_rows.py`, advisories, keys and tenants, idempotency keys and
-instance leases to their modules. Inserts that may race (session get-or-create, tenants, worker upserts) use the
-backend's `INSERT ... ON CONFLICT`.
+failures into `StoreUnavailable` (`_store_errors`). The store opens transactions and delegates: a turn's own
+writes to `turn_write/`, the other calls on turns and tool calls to `turn_rows.py` and `tool_calls.py`, session rows
+to `session_rows.py`, advisories, keys and tenants, idempotency keys and instance leases to their modules.
+Inserts that may race (session get-or-create, tenants, worker upserts) use the backend's `INSERT ... ON CONFLICT`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from . import _convert as cv
-from . import advisories, forks, history, idempotency, instances, keys, responses, session_rows, turns
+from . import advisories, forks, history, idempotency, instances, keys, responses, session_rows, tool_calls, turn_rows
 from ._sql import insert_on_conflict
 from .database import create_engine, sqlite_file_engine
 from .errors import (
@@ -33,9 +33,7 @@ from .errors import (
     StoreUnavailable,
     is_unavailable,
 )
-from .group_commit import GroupCommitter
-from .memory import StoreMemory
-from .models import Session, ToolCall, Turn, Worker
+from .models import Session, Turn, Worker
 from .protocol import SessionStore
 from .records import (
     AdvisoryRecord,
@@ -51,6 +49,7 @@ from .records import (
     TurnRecord,
     WorkerRecord,
 )
+from .turn_write import GroupCommitter, StoreMemory, persist
 
 __all__ = ["SessionStore", "SqlSessionStore"]
 
@@ -76,7 +75,7 @@ class SqlSessionStore:
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if self._backend == "sqlite" else None
         self._sqlite_file = sqlite_file_engine(engine)
         # On an SQLite file the per-request writes queued meanwhile share one transaction
-        # (sessiongate/sessions/group_commit.py).
+        # (sessiongate/sessions/turn_write/group_commit.py).
         self._group_commit = (
             None
             if self._sqlite_file is None
@@ -205,7 +204,7 @@ class SqlSessionStore:
     async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
         async with self._transaction(write=False) as db:
             await session_rows.session_row(db, session_id, tenant_id)
-            return history.context_messages(await turns.context_turns(db, session_id))
+            return history.context_messages(await turn_rows.context_turns(db, session_id))
 
     async def find_extended_sessions(
         self, *, tenant_id: str, contexts: Sequence[tuple[str, int]], limit: int = 2
@@ -336,7 +335,7 @@ class SqlSessionStore:
         if create_session:
             cv.check_session_id(session_id)
         return await self._per_request(
-            turns.begin_turn,
+            persist.begin_turn,
             session_id,
             tenant_id=tenant_id,
             messages=messages,
@@ -352,7 +351,7 @@ class SqlSessionStore:
 
     async def mark_dispatched(self, turn_id: str, *, worker: str, dispatched_at: datetime) -> None:
         dispatched_at = cv.aware(dispatched_at, "dispatched_at")
-        await self._per_request(turns.mark_dispatched, turn_id, worker=worker, dispatched_at=dispatched_at)
+        await self._per_request(persist.mark_dispatched, turn_id, worker=worker, dispatched_at=dispatched_at)
 
     async def complete_turn(
         self,
@@ -369,7 +368,7 @@ class SqlSessionStore:
         dispatched_at: datetime | None = None,
     ) -> TurnRecord:
         return await self._per_request(
-            turns.complete_turn,
+            persist.complete_turn,
             turn_id,
             output_message=output_message,
             finish_reason=finish_reason,
@@ -397,7 +396,7 @@ class SqlSessionStore:
         dispatched_at: datetime | None = None,
     ) -> TurnRecord:
         return await self._per_request(
-            turns.fail_turn,
+            persist.fail_turn,
             turn_id,
             status=cv.one_of(status, cv.TURN_END_STATES, "status"),
             error_type=error_type,
@@ -416,8 +415,8 @@ class SqlSessionStore:
         cv.check_limit(limit)
         async with self._transaction(write=False) as db:
             await session_rows.session_row(db, session_id, tenant_id)
-            rows = await turns.list_turns(db, session_id, limit=limit, after_seq=after_seq)
-            advised = await turns.turn_advisories(db, session_id, [row.id for row in rows])
+            rows = await turn_rows.list_turns(db, session_id, limit=limit, after_seq=after_seq)
+            advised = await turn_rows.turn_advisories(db, session_id, [row.id for row in rows])
             return [cv.turn_record(row, row.tool_calls, advised.get(row.id)) for row in rows]
 
     async def fail_pending_turns(
@@ -431,7 +430,7 @@ class SqlSessionStore:
     ) -> int:
         older_than = cv.aware_or_none(older_than, "older_than")
         async with self._transaction() as db:
-            return await turns.fail_pending_turns(
+            return await turn_rows.fail_pending_turns(
                 db,
                 older_than=older_than,
                 error_type=error_type,
@@ -449,18 +448,15 @@ class SqlSessionStore:
         returned_at = cv.aware(returned_at, "returned_at")
         async with self._transaction() as db:
             await session_rows.session_row(db, session_id, tenant_id)
-            call = await turns.record_tool_result(db, session_id, call_id, content=content, returned_at=returned_at)
+            call = await tool_calls.record_tool_result(
+                db, session_id, call_id, content=content, returned_at=returned_at
+            )
             return cv.tool_call_record(call)
 
     async def pending_tool_calls(self, session_id: str, *, tenant_id: str) -> list[ToolCallRecord]:
         async with self._transaction(write=False) as db:
             await session_rows.session_row(db, session_id, tenant_id)
-            rows = await db.scalars(
-                select(ToolCall)
-                .where(ToolCall.session_id == session_id, ToolCall.result.is_(None))
-                .order_by(ToolCall.requested_at, ToolCall.id)
-            )
-            return [cv.tool_call_record(row) for row in rows]
+            return [cv.tool_call_record(row) for row in await tool_calls.pending_tool_calls(db, session_id)]
 
     # advisories
 
