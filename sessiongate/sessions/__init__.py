@@ -2,7 +2,9 @@
 
 `create_engine(url)` + `SqlSessionStore(engine)` give a `SessionStore`; `upgrade(url)` migrates the schema.
 SQLite (aiosqlite) is the embedded default, PostgreSQL (asyncpg) serves several gateway replicas.
-This package imports nothing from `gateway`, `sdk` or `sglang_ext`.
+`SessionStore` is composed of one Protocol per aggregate (`protocol/`), `SqlSessionStore` of one SQL mixin per
+aggregate over one transaction module (`store/`); a chat turn's own writes are `turn_write/` (docs/architecture.md,
+"The store, by aggregate"). This package imports nothing from `gateway`, `sdk` or `sglang_ext`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Advisories in the store: written one at a time as the advisor creates them, the "missed" records in batches;
 settled once; listed by session.
 
-SQLAlchemy Core statements built once (`_statements`), not the ORM's unit of work: the advisor writes a "missed"
-record for most follow-up turns, so these are on the per-request path. The missed records of many turns go in
+SQLAlchemy Core statements built once (`turn_write.statements`), not the ORM's unit of work: the advisor writes a
+"missed" record for most follow-up turns, so these are on the per-request path. The missed records of many turns go in
 one transaction (`insert_missed`): on SQLite every transaction takes the single write lock that the turns' own
 writes queue for, so one per turn would double the writers.
 """
@@ -17,11 +17,11 @@ from sqlalchemy import Connection, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from . import _convert as cv
-from . import _raw as raw
-from . import _statements as sql
 from .errors import AdvisoryNotFound, InvalidTransition, SessionNotFound
 from .models import Advisory
 from .records import AdvisoryRecord, MissedTurn
+from .turn_write import raw
+from .turn_write import statements as sql
 
 __all__ = ["insert_advisory", "insert_missed", "list_advisories", "resolve_advisory"]
 

@@ -2,7 +2,7 @@
 and deleted, for `SqlSessionStore`, which opens each call's transaction.
 
 These are the API's and the admin's calls, not the per-turn path: a turn claims its session's row with Core
-statements of its own (`turns.begin_turn`). Listings are keyset pages, newest first (`newest_first`).
+statements of its own (`turn_write.persist.begin_turn`). Listings are keyset pages, newest first (`newest_first`).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from . import _convert as cv
-from . import _statements as sql
 from ._sql import insert_on_conflict, session_values, tenant_values
 from .errors import SessionExists, SessionNotFound
 from .models import Session, Tenant
 from .records import Page, SessionRecord
+from .turn_write import statements as sql
 
 __all__ = [
     "delete_session",

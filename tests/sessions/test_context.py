@@ -23,10 +23,10 @@ from sessiongate.sessions import (
     create_engine,
     history,
 )
-from sessiongate.sessions import _raw as raw
-from sessiongate.sessions import _statements as sql
 from sessiongate.sessions.history import split_delta
-from sessiongate.sessions.memory import RememberedContext, StoreMemory
+from sessiongate.sessions.turn_write import raw
+from sessiongate.sessions.turn_write import statements as sql
+from sessiongate.sessions.turn_write.memory import RememberedContext, StoreMemory
 
 pytestmark = pytest.mark.anyio
 

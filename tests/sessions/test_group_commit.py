@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 from sessiongate.sessions import SqlSessionStore, StoreUnavailable, create_engine, upgrade_sync
 from sessiongate.sessions.database import sqlite_file_engine
-from sessiongate.sessions.group_commit import GroupCommitter
+from sessiongate.sessions.turn_write.group_commit import GroupCommitter
 
 pytestmark = pytest.mark.anyio
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection
 
-from sessiongate.sessions import _raw as raw
-from sessiongate.sessions import _statements as sql
 from sessiongate.sessions import create_engine, history, upgrade_sync
 from sessiongate.sessions._sql import session_values, tenant_values
 from sessiongate.sessions.database import sqlite_file_engine
 from sessiongate.sessions.models import UTCDateTime
+from sessiongate.sessions.turn_write import raw
+from sessiongate.sessions.turn_write import statements as sql
 
 
 def _turn_values(received_at: datetime) -> dict[str, object]:

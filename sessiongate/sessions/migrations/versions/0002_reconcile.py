@@ -7,8 +7,9 @@ limits, the sessions' context digest, the turns' gateway instance and run.
   d1f04ef  + api_keys (and its index), tenants.max_concurrent, tokens_per_minute, idempotency_keys (and its index)
   9587d80  + turns.gateway_instance, gateway_run; gateway_instances
 This revision looks at what the database has and adds only what is missing, so all four reach the same schema.
-The context columns of sessions made before 8258f54 are computed from their turns (`sessions.history`, the
-definition the store compares requests with), so their next request is stored as a delta, not whole.
+The context columns of sessions made before 8258f54 are computed from their turns (the definition the store compares
+requests with, `sessions.history`, copied below as it was when this revision was written), so their next request is
+stored as a delta, not whole.
 
 Revision ID: 0002
 Revises: 0001
@@ -17,22 +18,134 @@ Create Date: 2026-11-24
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from alembic import op
-
-from sessiongate.sessions import history
 
 revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Self-contained on purpose, as 0001: a migration must not change when the models do.
+# Self-contained on purpose, as 0001: a migration must not change when the models do, nor when `sessions.history`
+# does (tests/sessions/test_migrations_self_contained.py checks that no revision imports the project).
 Timestamp = sa.DateTime(timezone=True)
 NullableJSON = sa.JSON(none_as_null=True)
+
+
+# The context and its digest, frozen: `sessiongate/sessions/history.py` as of 0427dd1 (the functions the backfill
+# calls and what they call, verbatim but for their names). A later change to that definition needs a revision of its
+# own that recomputes the stored digests, not an edit of this one.
+
+_NormalisedMessage = tuple[str, str, tuple[tuple[str, str, str], ...], str | None]
+
+_EMPTY_DIGEST = ""  # the digest of an empty context
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+            else:
+                pieces.append(_canonical_json(part))
+        return "".join(pieces)
+    return _canonical_json(content)
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _canonical_arguments(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            return _canonical_json(json.loads(arguments))
+        except ValueError:
+            return arguments
+    if arguments is None:
+        return ""
+    return _canonical_json(arguments)
+
+
+def _tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [call for call in calls if isinstance(call, Mapping)]
+
+
+def _normalise_message(message: Mapping[str, Any]) -> _NormalisedMessage:
+    role, content = message.get("role"), message.get("content")
+    if type(role) is str and type(content) is str and "tool_calls" not in message and "tool_call_id" not in message:
+        return (role, content, (), None)
+    return _normalise_any(message)
+
+
+def _normalise_any(message: Mapping[str, Any]) -> _NormalisedMessage:
+    calls = []
+    for call in _tool_calls(message):
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        calls.append(
+            (
+                str(call.get("id") or ""),
+                str(function.get("name") or ""),
+                _canonical_arguments(function.get("arguments")),
+            )
+        )
+    tool_call_id = message.get("tool_call_id")
+    return (
+        str(message.get("role") or ""),
+        _content_text(message.get("content")),
+        tuple(calls),
+        str(tool_call_id) if tool_call_id is not None else None,
+    )
+
+
+def _context_messages(turns: Iterable[Any]) -> list[dict[str, Any]]:
+    """The session's context from its turns in seq order (turns that are not "ok" are skipped)."""
+    context: list[dict[str, Any]] = []
+    for turn in turns:
+        if turn.status != "ok":
+            continue
+        if turn.context_reset:
+            context = []
+        context.extend(dict(message) for message in turn.input_messages)
+        if turn.output_message is not None:
+            context.append(dict(turn.output_message))
+    return context
+
+
+def _extend_normalised(digest: str, normalised: Iterable[_NormalisedMessage]) -> str:
+    state = bytes.fromhex(digest)
+    for message in normalised:
+        step = hashlib.sha256(state)
+        step.update(_digest_json(message))
+        state = step.digest()
+    return state.hex()
+
+
+def _digest_json(normalised: _NormalisedMessage) -> bytes:
+    try:
+        return orjson.dumps(normalised)
+    except orjson.JSONEncodeError:
+        return json.dumps(normalised).encode()
+
+
+def _context_digest(messages: Iterable[Mapping[str, Any]]) -> str:
+    """sha256 chained over the normalised messages, from the empty context (hex; "" for no messages)."""
+    return _extend_normalised(_EMPTY_DIGEST, map(_normalise_message, messages))
 
 
 def _nullable_columns() -> list[tuple[str, sa.Column[Any]]]:
@@ -47,7 +160,7 @@ def _nullable_columns() -> list[tuple[str, sa.Column[Any]]]:
 def _context_columns() -> list[sa.Column[Any]]:
     """NOT NULL, so added with a server default that makes existing rows valid until the backfill sets them."""
     return [
-        sa.Column("context_digest", sa.String(64), nullable=False, server_default=history.EMPTY_DIGEST),
+        sa.Column("context_digest", sa.String(64), nullable=False, server_default=_EMPTY_DIGEST),
         sa.Column("context_length", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("context_seq", sa.Integer(), nullable=False, server_default="0"),
     ]
@@ -105,7 +218,7 @@ def _create_missing_indexes(inspector: sa.Inspector) -> None:
 
 def _backfill_context(bind: sa.Connection) -> None:
     """The context digest, length and last folded seq of every session, from its ok turns (as the store keeps
-    them: see `sessions.turns`)."""
+    them: see `sessions.turn_write.persist`)."""
     turns = sa.table(
         "turns",
         sa.column("session_id", sa.String()),
@@ -130,12 +243,12 @@ def _backfill_context(bind: sa.Connection) -> None:
             .where(c.session_id == session_id, c.status == "ok")
             .order_by(c.seq)
         ).all()
-        messages = history.context_messages(rows)
+        messages = _context_messages(rows)
         bind.execute(
             sessions.update()
             .where(sessions.c.id == session_id)
             .values(
-                context_digest=history.context_digest(messages),
+                context_digest=_context_digest(messages),
                 context_length=len(messages),
                 context_seq=max(row.seq for row in rows),
             )

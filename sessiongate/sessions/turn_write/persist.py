@@ -1,11 +1,10 @@
-"""Turn and tool-call operations, as functions over a connection or session whose transaction the caller owns.
+"""Persisting a chat turn: `begin_turn`, `mark_dispatched`, `complete_turn`, `fail_turn`, as functions of SQLAlchemy
+Core over a synchronous `Connection` whose transaction the caller owns, returning records.
 
-`SqlSessionStore` opens one transaction per call and delegates here. The per-request path (`begin_turn`,
-`mark_dispatched`, `complete_turn`, `fail_turn`) is plain functions of SQLAlchemy Core over a synchronous
-`Connection`, returning records: the store runs each whole transaction in one step (a worker thread on SQLite,
-`run_sync` on PostgreSQL; see `SqlSessionStore._per_request`). The rest uses the ORM on an `AsyncSession`.
-State changes are conditional UPDATEs (`... WHERE status = 'pending'`), so two replicas racing to finish the
-same turn cannot both win; the loser gets `InvalidTransition`.
+The store runs each call's whole transaction in one step (`StoreTransactions._per_request`: the group commit on an
+SQLite file, `run_sync` on PostgreSQL), with the statements built once (`statements`) and, on SQLite, run straight on
+the driver (`raw`). State changes are conditional UPDATEs (`... WHERE status = 'pending'`), so two replicas racing to
+finish the same turn cannot both win; the loser gets `InvalidTransition`.
 
 `begin_turn` starts with the UPDATE of the session row: that takes the write lock first (SQLite) or the row lock
 (PostgreSQL), which serialises turns of one session and makes the seq allocation and the comparison with the
@@ -31,55 +30,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from sqlalchemy import Connection, Row, Select, func, literal_column, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
+from sqlalchemy import Connection, Row
 from sqlalchemy.sql.dml import Update
 
-from . import _convert as cv
-from . import _raw as raw
-from . import _statements as sql
-from . import history
-from ._sql import session_values, tenant_values
-from .errors import InvalidTransition, SessionExists, SessionNotFound, ToolCallNotFound, TurnNotFound
+from sessiongate.sessions import _convert as cv
+from sessiongate.sessions import history
+from sessiongate.sessions._sql import session_values, tenant_values
+from sessiongate.sessions.errors import InvalidTransition, SessionExists, SessionNotFound, TurnNotFound
+from sessiongate.sessions.records import TurnRecord
+
+from . import raw
+from . import statements as sql
 from .memory import BegunTurn, ClaimedRow, RememberedContext, StoreMemory
-from .models import Advisory, ToolCall, Turn
-from .records import TurnAdvisory, TurnRecord
 
-__all__ = [
-    "begin_turn",
-    "complete_turn",
-    "context_turns",
-    "context_turns_statement",
-    "fail_pending_turns",
-    "fail_turn",
-    "list_turns",
-    "mark_dispatched",
-    "record_tool_result",
-    "turn_advisories",
-]
-
-
-async def context_turns(db: AsyncSession, session_id: str) -> Sequence[Row[Any]]:
-    """The ok turns from the last context reset on, in seq order, with only what the context needs."""
-    rows: Sequence[Row[Any]] = (await db.execute(context_turns_statement(session_id))).all()
-    return rows
-
-
-def context_turns_statement(session_id: str) -> Select[tuple[int, str, bool, list[Any], Any]]:
-    last_reset = (
-        select(func.coalesce(func.max(Turn.seq), 0))
-        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.context_reset.is_(True))
-        .scalar_subquery()
-    )
-    return (
-        select(Turn.seq, Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message)
-        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.seq >= last_reset)
-        .order_by(Turn.seq)
-    )
-
-
-# the per-request path
+__all__ = ["begin_turn", "complete_turn", "fail_turn", "mark_dispatched"]
 
 
 def begin_turn(
@@ -367,7 +331,7 @@ def _fold_into_context(conn: Connection, turn: Row[Any] | _EndedTurn, session: R
         digest, length, seq = history.extend_digest(digest, added), length + len(added), turn.seq
     else:
         # Completed after a later turn of the session: its messages go in the middle of the context. Rare.
-        messages = history.context_messages(conn.execute(context_turns_statement(turn.session_id)).all())
+        messages = history.context_messages(conn.execute(sql.context_turns(turn.session_id)).all())
         digest, length, seq = history.context_digest(messages), len(messages), session.context_seq
     params = {"p_session": turn.session_id, "p_digest": digest, "p_length": length, "p_seq": seq}
     raw.execute(conn, sql.SET_CONTEXT, params)
@@ -429,91 +393,3 @@ def fail_turn(
     )
     _touch_session(conn, turn.session_id, ended_at)
     return cv.turn_record(turn, ())
-
-
-# the rest, on the ORM
-
-
-async def list_turns(db: AsyncSession, session_id: str, *, limit: int, after_seq: int | None) -> Sequence[Turn]:
-    stmt = select(Turn).where(Turn.session_id == session_id)
-    if after_seq is not None:
-        stmt = stmt.where(Turn.seq > after_seq)
-    stmt = stmt.order_by(Turn.seq).limit(limit).options(selectinload(Turn.tool_calls))
-    return (await db.scalars(stmt)).all()
-
-
-async def turn_advisories(db: AsyncSession, session_id: str, turn_ids: Sequence[str]) -> dict[str, TurnAdvisory]:
-    """The settled advisory of each of these turns that has one, in one query for a whole page of turns.
-
-    Filtered by session first, so the (session_id, created_at) index serves it. A turn normally has at most one
-    (the advisory its request claimed, or its "missed" record); should two name it, the later-resolved wins.
-    """
-    if not turn_ids:
-        return {}
-    rows = await db.execute(
-        select(Advisory.id, Advisory.kind, Advisory.outcome, Advisory.target_worker, Advisory.turn_id)
-        .where(Advisory.session_id == session_id, Advisory.turn_id.in_(turn_ids), Advisory.outcome != "pending")
-        .order_by(Advisory.resolved_at, Advisory.id)
-    )
-    return {
-        row.turn_id: TurnAdvisory(id=row.id, kind=row.kind, outcome=row.outcome, target_worker=row.target_worker)
-        for row in rows
-    }
-
-
-async def fail_pending_turns(
-    db: AsyncSession,
-    *,
-    older_than: datetime | None,
-    error_type: str,
-    error_message: str,
-    now: datetime,
-    gateway_instance: str | None = None,
-    except_run: str | None = None,
-) -> int:
-    # 'pending' written as the pending turns' partial index has it: a planner that plans without the bound values
-    # (PostgreSQL's generic plan of a prepared statement) cannot use that index for `status = $1`.
-    stmt = update(Turn).where(Turn.status == literal_column("'pending'"))
-    if older_than is not None:
-        stmt = stmt.where(Turn.received_at < older_than)
-    if gateway_instance is not None:
-        stmt = stmt.where(Turn.gateway_instance == gateway_instance)
-        if except_run is not None:
-            stmt = stmt.where(Turn.gateway_run != except_run)
-    failed = await db.scalars(
-        stmt.values(status="failed", error={"type": error_type, "message": error_message}, ended_at=now)
-        .returning(Turn.id)
-        .execution_options(synchronize_session=False)
-    )
-    return len(failed.all())
-
-
-async def record_tool_result(
-    db: AsyncSession, session_id: str, call_id: str, *, content: str, returned_at: datetime
-) -> ToolCall:
-    """Set a tool call's result from the API; the same result twice is a no-op, a different one an error."""
-    by_call = select(ToolCall).where(ToolCall.session_id == session_id, ToolCall.call_id == call_id)
-    call = await db.scalar(by_call)
-    if call is None:
-        raise ToolCallNotFound(session_id, call_id)
-    if call.result is None:
-        updated = await db.scalar(
-            update(ToolCall)
-            .where(ToolCall.id == call.id, ToolCall.result.is_(None))
-            .values(
-                result=content,
-                returned_at=returned_at,
-                duration_ms=cv.duration_ms(call.requested_at, returned_at),
-                result_source="api",
-            )
-            .returning(ToolCall)
-            .execution_options(populate_existing=True)
-        )
-        if updated is not None:
-            return updated
-        call = await db.scalar(by_call.execution_options(populate_existing=True))  # someone else was first
-        if call is None:
-            raise ToolCallNotFound(session_id, call_id)
-    if call.result != content:
-        raise InvalidTransition(f"tool call {call_id!r} already has a different result")
-    return call

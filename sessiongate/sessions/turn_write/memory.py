@@ -4,7 +4,7 @@ Completing a turn the store began and has not ended reads nothing back: its reco
 (`BegunTurn`). A turn of a session whose row the store's last write left claims its seq with one UPDATE that checks
 the row is still as remembered (`ClaimedRow`). And a session's context is kept as its normalised messages
 (`RememberedContext`), so that the history a request resends is compared with them instead of hashed message by
-message. All of it is soft state, checked by the statements that rely on it (`turns`).
+message. All of it is soft state, checked by the statements that rely on it (`persist`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import history
+from sessiongate.sessions import history
 
 __all__ = ["MAX_CONTEXT_CHARS", "BegunTurn", "ClaimedRow", "RememberedContext", "StoreMemory"]
 

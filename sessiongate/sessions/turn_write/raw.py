@@ -7,7 +7,7 @@ for every turn. `execute(conn, statement, params)` (its rows), `count(...)` (the
 the bind processors (JSON) and the result processors are SQLAlchemy's own, taken from one compilation, so rows come
 back as the same Python values; datetimes are bound in one step that writes the text SQLAlchemy's two processors
 write. Any other connection (PostgreSQL, aiosqlite's in-memory database) or statement takes SQLAlchemy's path. The
-tests of `turns` run both paths (SQLite and PostgreSQL) against the same expectations.
+tests of `persist` run both paths (SQLite and PostgreSQL) against the same expectations.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from .database import json_dumps, json_loads
-from .models import UTCDateTime
+from sessiongate.sessions.database import json_dumps, json_loads
+from sessiongate.sessions.models import UTCDateTime
 
 __all__ = ["RawStatement", "count", "execute", "execute_many", "register"]
 

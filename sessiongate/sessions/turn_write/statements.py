@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import String, bindparam, func, insert, select, update
+from sqlalchemy import Select, String, bindparam, func, insert, select, update
 from sqlalchemy.sql.dml import Insert
 
-from ._raw import register
-from ._sql import insert_on_conflict, later
-from .models import Advisory, NullableJSON, Session, Tenant, ToolCall, Turn, UTCDateTime
+from sessiongate.sessions._sql import insert_on_conflict, later
+from sessiongate.sessions.models import Advisory, NullableJSON, Session, Tenant, ToolCall, Turn, UTCDateTime
+
+from .raw import register
 
 __all__ = [
     "ADVISORY_COLUMNS",
@@ -46,6 +47,7 @@ __all__ = [
     "TOUCH_SESSION",
     "TURN_STATUS",
     "Inserts",
+    "context_turns",
 ]
 
 _AT = bindparam("p_at", type_=UTCDateTime())
@@ -168,7 +170,7 @@ SET_CONTEXT = (
 # context is moved only if it is still the one the turn extends (or, for a turn that resets it, if no later turn
 # has been folded in); otherwise the turn takes the general path (TOUCH_SESSION, then its fold).
 # SQLite runs a statement's RETURNING through a temporary table: ~4 us of its ~8 us for these small UPDATEs. So the
-# statements whose answer is only "did a row change" go without and are counted instead (`_raw.count`), and the
+# statements whose answer is only "did a row change" go without and are counted instead (`raw.count`), and the
 # turn's worker and dispatch time are read back only when the end does not bring them (it usually does).
 FINISH_BEGUN_TURN = update(Turn).where(*_PENDING).values(_COMPLETED)
 FINISH_BEGUN_TURN_READING = FINISH_BEGUN_TURN.returning(Turn.worker, Turn.dispatched_at)
@@ -195,6 +197,22 @@ RESTART_CONTEXT = (
 )
 
 
+def context_turns(session_id: str) -> Select[tuple[int, str, bool, list[Any], Any]]:
+    """The ok turns from the session's last context reset on, in seq order, with only what the context needs
+    (`history.context_messages`). Built per call, with the session's id in it: the rare out-of-order completion and
+    the API's reads of a context run it, not every turn."""
+    last_reset = (
+        select(func.coalesce(func.max(Turn.seq), 0))
+        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.context_reset.is_(True))
+        .scalar_subquery()
+    )
+    return (
+        select(Turn.seq, Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message)
+        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.seq >= last_reset)
+        .order_by(Turn.seq)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Inserts:
     """The backend's `INSERT ... ON CONFLICT DO NOTHING` statements of the per-request path."""
@@ -219,7 +237,7 @@ INSERTS: Mapping[str, Inserts] = MappingProxyType(
 )
 
 
-# The per-turn statements also run on the raw sqlite3 path of the group commit (`_raw`).
+# The per-turn statements also run on the raw sqlite3 path of the group commit (`raw`).
 for _statement in (
     CLAIM_KNOWN_SEQ,
     CLAIM_SEQ,
