@@ -1,7 +1,9 @@
-"""SGLang internals for the advisory-prefetch features, pinned to sglang 0.5.23 like `sglang_internals`.
+"""Every reference to SGLang's internals, pinned to sglang 0.5.23: nothing else in `sessiongate` imports `sglang.srt`.
 
-`sglang_ext.sglang_internals` (CPU patches, the info route, the tool parser) and this package are
-the one place that references SGLang's internal modules; it was split along the process seam:
+The package is split along the process seam:
+
+- `patches`: the version pin (`require_supported_version`), the CPU patches `cpu_compat` applies,
+  and what the plug-in reads from and adds to SGLang's server (the info route, the tool parser);
 
 - `ipc`: the request/reply types the HTTP process and the scheduler exchange over SGLang's own
   ZMQ channels (registered with its msgpack codec), and the hooks that install them;
