@@ -6,24 +6,26 @@ one from command-line flags, each of which falls back to an environment variable
 Arguments after a bare `--` (or in `SESSIONGATE_WORKER_EXTRA_ARGS`, shell-quoted) are passed to
 SGLang unchanged.
 
-One mechanism (pydantic-settings, as `gateway.settings.GatewaySettings`): the constructor, `from_env`, `replace`
-and the CLI validate the same fields the same way; a bad value is one `WorkerConfigError` naming its variable (the
-CLI: its flag or variable, as a usage error). The constructor reads no environment.
+One idiom (`sessiongate.settings_base.EnvSettings`, as `gateway.settings.GatewaySettings`): ranges are field
+constraints, the documentation is each field's docstring (the CLI's help and docs/configuration.md are made from
+them); the constructor, `from_env`, `replace` and the CLI validate the same fields the same way; a bad value is one
+`WorkerConfigError` naming its variable (the CLI: its flag or variable, as a usage error). The constructor reads no
+environment.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
+from sessiongate.settings_base import EnvSettings
 from sessiongate.sglang_ext.models import MODELS, ModelName
 
 __all__ = [
@@ -53,18 +55,11 @@ class WorkerConfigError(ValueError):
     """A worker setting has a value that cannot be used; the message names the variable."""
 
 
-class WorkerConfig(BaseSettings):
+class WorkerConfig(EnvSettings):
     """One SGLang worker: model, address, KV cache tiers, and where its files go."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        frozen=True,
-        extra="forbid",
-        enable_decoding=False,
-        validate_default=True,
-        use_attribute_docstrings=True,
-        protected_namespaces=(),
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, protected_namespaces=())
+    error_type = WorkerConfigError
 
     model_path: Path | None = None
     """A model directory or hub id; None makes the named `model_size` model under `state_dir`."""
@@ -188,36 +183,6 @@ class WorkerConfig(BaseSettings):
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def __init__(self, _labels: Mapping[str, str] | None = None, **values: Any) -> None:
-        """`_labels`: what to call a field's value in an error (the CLI names its flags); default, its variable."""
-        try:
-            super().__init__(**values)
-        except ValidationError as exc:
-            labels = _labels or {}
-            raise WorkerConfigError(_describe(exc, lambda name: labels.get(name, ENV_PREFIX + name.upper()))) from None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)  # the environment only through `from_env` and the CLI
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:
-        """`SESSIONGATE_WORKER_*` variables, then non-None `overrides`, then the defaults."""
-        values = _environment(os.environ if environ is None else environ)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def replace(self, **changes: Any) -> WorkerConfig:
-        """A copy with `changes`, validated like any other config (what `dataclasses.replace` was)."""
-        return type(self)(**{**self.model_dump(), **changes})
-
     @field_validator("extra_args", mode="before")
     @classmethod
     def _split_extra_args(cls, value: Any) -> Any:
@@ -235,19 +200,8 @@ class WorkerConfig(BaseSettings):
 _SECRET_FIELDS = ("api_key",)
 
 
-class _MappingEnvSource(EnvSettingsSource):
-    """pydantic-settings' environment source, over a given mapping instead of `os.environ`."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self._environ = environ
-        super().__init__(WorkerConfig)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {key.lower(): value for key, value in self._environ.items()}
-
-
 def _environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    return _MappingEnvSource(environ)()
+    return WorkerConfig.env_values(environ)
 
 
 def _none_text(value: Any) -> bool:
@@ -265,20 +219,6 @@ def _optional_field(name: str) -> bool:
 def _choices(name: str) -> tuple[str, ...]:
     annotation = WorkerConfig.model_fields[name].annotation
     return tuple(str(a) for a in get_args(annotation)) if get_origin(annotation) is Literal else ()
-
-
-def _describe(exc: ValidationError, label: Callable[[str], str]) -> str:
-    """One line per bad value, each naming where it came from (`label` of its field)."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        message = error["msg"].removeprefix("Value error, ")
-        if not error["loc"]:
-            problems.append(message)
-        elif error["type"] == "extra_forbidden":
-            problems.append(f"unknown setting {error['loc'][0]!r}")
-        else:
-            problems.append(f"{label(str(error['loc'][0]))}={error['input']!r}: {message}")
-    return "; ".join(problems)
 
 
 def _flag(name: str) -> str:
@@ -329,6 +269,7 @@ def parse_worker_config(
     if passthrough is not None:
         values["extra_args"] = tuple(passthrough)
     try:
-        return WorkerConfig(_labels={name: _flag(name) for name in flags}, **values)
+        # `_labels` is EnvSettings.__init__'s; mypy sees the fields' synthesized __init__ (dataclass_transform).
+        return WorkerConfig(_labels={name: _flag(name) for name in flags}, **values)  # type: ignore[call-arg]
     except WorkerConfigError as error:
         parser.error(str(error))
