@@ -15,7 +15,8 @@ is one `SettingsError` that names its variable.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -41,6 +42,11 @@ class GatewaySettings(EnvSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
     error_type = SettingsError
+
+    # For mypy, EnvSettings' constructor (values as text too), not the one it would synthesize from the fields.
+    if TYPE_CHECKING:
+
+        def __init__(self, _labels: Mapping[str, str] | None = None, **values: Any) -> None: ...
 
     host: str = "127.0.0.1"
     """The address `sessiongate serve` listens on."""
@@ -88,7 +94,7 @@ class GatewaySettings(EnvSettings):
     secret per process (said at start-up), so caches are not shared across replicas or restarts."""
     instance_id: str = ""
     """This replica's stable name, recorded on the turns it serves; after a crash the restarted replica fails the
-    turns its dead run left pending at once. Unique per replica; empty means "<hostname>:<port>"."""
+    turns its dead run left pending at once. Unique per replica; empty means `<hostname>:<port>`."""
     instance_lease_s: float = Field(10.0, gt=0)
     """The instance id is leased in the store and renewed every third of this: a gateway refuses to start while
     another live process holds its id; a crashed holder's lease is taken over after this (at once on its host)."""

@@ -20,7 +20,7 @@ import shlex
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -61,6 +61,11 @@ class WorkerConfig(EnvSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, protected_namespaces=())
     error_type = WorkerConfigError
 
+    # For mypy, EnvSettings' constructor (values as text too), not the one it would synthesize from the fields.
+    if TYPE_CHECKING:
+
+        def __init__(self, _labels: Mapping[str, str] | None = None, **values: Any) -> None: ...
+
     model_path: Path | None = None
     """A model directory or hub id; None makes the named `model_size` model under `state_dir`."""
     model_size: ModelName = "tiny"
@@ -69,7 +74,9 @@ class WorkerConfig(EnvSettings):
     state_dir: Path = Path(".sessiongate")
     """Made models, the default pool directory and the default log files live here."""
     host: str = "127.0.0.1"
+    """The address the worker's HTTP server listens on."""
     port: int = 30000
+    """The port the worker's HTTP server listens on."""
     device: Device = "auto"
     """`auto`: CUDA when the machine has an NVIDIA GPU (`hardware.gpu_count`), else CPU with the compatibility
     layer."""
@@ -95,11 +102,13 @@ class WorkerConfig(EnvSettings):
     context_length: Positive | None = None
     """SGLang's `--context-length`; None: the model's own."""
     page_size: int = 64
+    """Tokens per KV page (SGLang's `--page-size`): the unit of caching, prefetch and the pool."""
     max_running_requests: Positive | None = None
     """None: `CPU_MAX_RUNNING_REQUESTS` on CPU, SGLang's default on a GPU."""
     chunked_prefill_size: int | None = None
     """None: `CPU_CHUNKED_PREFILL_SIZE` on CPU, SGLang's default on a GPU."""
     served_model_name: str | None = None
+    """The model name the worker answers to (SGLang's `--served-model-name`); None: its path."""
     hierarchical_cache: bool = True
     """HiCache: a host-memory tier under the device pool, written through, and the L3 storage below."""
     hicache_ratio: float = 2.0
@@ -138,6 +147,7 @@ class WorkerConfig(EnvSettings):
     mooncake_protocol: str = "tcp"
     """The transfer engine's protocol: `tcp` anywhere, `rdma` with an RDMA NIC."""
     prefetch_policy: PrefetchPolicy = "wait_complete"
+    """HiCache's L3 prefetch policy (SGLang's `--hicache-storage-prefetch-policy`)."""
     priority_eviction: bool = False
     """SGLang's priority scheduling and `priority` radix eviction: a request's `priority` (default 1 when it
     has none) is its KV's priority in the cache, the lowest evicted first (then LRU); a one-off request sent
@@ -149,6 +159,7 @@ class WorkerConfig(EnvSettings):
     log_file: Path | None = None
     """None: `<state_dir>/logs/worker-<port>.log`."""
     log_level: str = "info"
+    """SGLang's `--log-level`."""
     python: str | None = None
     """The interpreter that runs SGLang; None: this one."""
     extension: bool = True
@@ -163,6 +174,7 @@ class WorkerConfig(EnvSettings):
     `Authorization: Bearer <key>`; the gateway sends `SESSIONGATE_WORKER_API_KEY`. Workers belong on a private
     network all the same."""
     extra_args: tuple[str, ...] = ()
+    """Arguments passed to SGLang unchanged (shell-quoted in the environment; on the command line, after `--`)."""
 
     @property
     def effective_max_total_tokens(self) -> int:
@@ -269,7 +281,6 @@ def parse_worker_config(
     if passthrough is not None:
         values["extra_args"] = tuple(passthrough)
     try:
-        # `_labels` is EnvSettings.__init__'s; mypy sees the fields' synthesized __init__ (dataclass_transform).
-        return WorkerConfig(_labels={name: _flag(name) for name in flags}, **values)  # type: ignore[call-arg]
+        return WorkerConfig(_labels={name: _flag(name) for name in flags}, **values)
     except WorkerConfigError as error:
         parser.error(str(error))
