@@ -12,8 +12,9 @@ The package is split along the process seam:
   `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
 - `http_ops`: what runs in the HTTP server process: routes on SGLang's FastAPI app, the chat
   template rendering of the OpenAI endpoint, the scheduler's published load snapshot, and the
-  awaitable calls into the scheduler.
+  awaitable calls into the scheduler;
+- `bench_rigs`: SGLang's cache classes built outside a server, for the benchmarks that time them.
 
 Importing the package imports nothing; the modules import SGLang and are imported by the plug-in
-only inside SGLang's processes.
+only inside SGLang's processes (and by tests and benchmarks).
 """
