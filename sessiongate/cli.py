@@ -11,38 +11,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sessiongate.sessions import SessionStore
 
-__all__ = ["main", "run_server"]
-
-
-def run_server(app: Any, *, host: str, port: int, **options: Any) -> None:
-    """Serve `app` as `sessiongate serve` does (the benchmarks' Python floor runs on this too, to be the floor of
-    this very server)."""
-    import uvicorn
-
-    from sessiongate.gateway.server_protocol import HttpProtocol
-
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http=HttpProtocol,
-        access_log=False,
-        log_level="warning",
-        lifespan="on",
-        **options,
-    )
+__all__ = ["main"]
 
 
 def _serve(args: argparse.Namespace) -> int:
 
     from sessiongate.gateway.app import create_app
     from sessiongate.gateway.logs import configure
+    from sessiongate.gateway.server_protocol import run_server
     from sessiongate.gateway.settings import GatewaySettings
 
     settings = GatewaySettings.from_env(

@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from sessiongate.cli import run_server
 from sessiongate.gateway.http1 import Http1Pool, ProtocolError
+from sessiongate.gateway.server_protocol import run_server
 
 __all__ = ["FloorProxy"]
 

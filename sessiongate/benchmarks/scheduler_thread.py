@@ -35,7 +35,6 @@ import tempfile
 import time
 from array import array
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 __all__ = ["main"]
@@ -89,12 +88,10 @@ def parse_and_hash(tokens: list[int], page: int, repeats: int) -> list[tuple[str
 
 def pool_operations(tokens: list[int], page: int, repeats: int) -> list[tuple[str, float, float]]:
     import torch
-    from sglang.srt.mem_cache.buffer_mode.storage_existence_cache import StorageExistenceCache
-    from sglang.srt.mem_cache.hicache_storage import HiCacheFile
 
     from sessiongate.sglang_ext.internals import kv_ops
+    from sessiongate.sglang_ext.internals.bench_rigs import file_pool
     from sessiongate.sglang_ext.internals.scheduler_ops import RETAIN_POOL_WAIT_S
-    from sessiongate.sglang_ext.internals.storage_config import single_rank_storage_config
     from sessiongate.sglang_ext.pool_janitor import PoolJanitor
     from sessiongate.sglang_ext.pool_probe import PoolProbe
 
@@ -102,10 +99,7 @@ def pool_operations(tokens: list[int], page: int, repeats: int) -> list[tuple[st
     page_value = torch.zeros(1024, dtype=torch.uint8)  # the file's size does not change an unlink's cost
     rows = []
     with tempfile.TemporaryDirectory(prefix="scheduler-thread-") as directory:
-        backend = HiCacheFile(single_rank_storage_config("bench", {"file_storage_path": directory}))
-        cache = SimpleNamespace(
-            cache_controller=SimpleNamespace(storage_backend=backend), storage_existence_cache=StorageExistenceCache()
-        )
+        backend, cache = file_pool(directory)
 
         def write_pages() -> None:
             for page_hash in hashes:
@@ -171,64 +165,29 @@ def race_guard(tokens: list[int], page: int, repeats: int) -> list[tuple[str, fl
 
 def eviction(leaves: int, repeats: int) -> list[tuple[str, float, float]]:
     """One eviction over `leaves` evictable leaves: SGLang's strategy alone, then with sessiongate's rank."""
-    import torch
-    from sglang.srt.environ import envs
-    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
-    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams
-    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
-    from sglang.srt.mem_cache.radix_cache import RadixKey
-    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
     from sessiongate.sglang_ext.internals import kv_ops
+    from sessiongate.sglang_ext.internals.bench_rigs import python_core_radix_cache
     from sessiongate.sglang_ext.kv_fate import KVFate
 
-    set_global_server_args_for_scheduler(ServerArgs(model_path="dummy", page_size=1, radix_eviction_policy="priority"))
     fanout = 100
-    size = leaves + leaves // fanout + 1024
-    kv_pool = MHATokenToKVPool(
-        size=size,
-        page_size=1,
-        dtype=torch.float16,
-        head_num=1,
-        head_dim=8,
-        layer_num=1,
-        device="cpu",
-        enable_memory_saver=False,
-    )
-    allocator = TokenToKVPoolAllocator(size=size, dtype=torch.float16, device="cpu", kvcache=kv_pool, need_sort=False)
-    params = CacheInitParams(
-        req_to_token_pool=ReqToTokenPool(size=8, max_context_len=64, device="cpu", enable_memory_saver=False),
-        token_to_kv_pool_allocator=allocator,
-        page_size=1,
-        disable=False,
-        tree_components=(ComponentType.FULL,),
-        eviction_policy="priority",
-    )
-    name, value = kv_ops.PYTHON_TREE_CORE_ENV
-    with getattr(envs, name).override(value):
-        cache = UnifiedRadixCache(params=params)
+    rig = python_core_radix_cache(leaves + leaves // fanout + 1024)
+    cache = rig.cache
     # `leaves` contexts of two tokens under `leaves / fanout` shared first tokens: as many evictable leaves.
     started = time.perf_counter()
     for index in range(leaves):
         key = array("q", [index // fanout + 1, index % fanout + 1])
-        cache.insert(InsertParams(key=RadixKey(key), value=allocator.alloc(2), priority=1))
+        rig.insert(key, priority=1)
     core = cache.tree_core
     assert len(core.evictable_device_leaves) >= leaves * 0.99
     print(f"({leaves} leaves inserted in {time.perf_counter() - started:.1f} s)", flush=True)
 
-    def evict_one() -> None:
-        cache.evict(EvictParams(num_tokens=1))
-
-    base = _ms(evict_one, repeats)
+    base = _ms(rig.evict_one, repeats)
     fate = KVFate()
     assert kv_ops.install_fate_order(cache, fate, time.monotonic)
     order = core.eviction_strategy
-    after = _ms(evict_one, repeats)
+    after = _ms(rig.evict_one, repeats)
     core.eviction_strategy = _LegacyFateOrder(order.base, fate, time.monotonic)
-    before = _ms(evict_one, repeats)
+    before = _ms(rig.evict_one, repeats)
     core.eviction_strategy = order
     nodes = list(core.evictable_device_leaves)
 

@@ -6,6 +6,8 @@ kernel delivers each segment to the reader inside the writer's system call. Here
 that follows it in the same step of the event loop, and both go out in one write; a head whose body is not sent in
 that step (a stream still waiting for its first chunk) goes out alone at the loop's next step. Nothing is
 reordered or dropped: a close, or any other write, sends what is held first.
+
+`run_server` serves an ASGI app on it as `sessiongate serve` does (the benchmarks' Python floor uses it too).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["HeadHoldingTransport", "HttpProtocol"]
+__all__ = ["HeadHoldingTransport", "HttpProtocol", "run_server"]
 
 _HEAD = b"HTTP/"  # how uvicorn's response heads (and its 100 Continue) begin; a body written alone never waits
 
@@ -78,3 +81,19 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(HeadHoldingTransport(transport, self.loop))  # type: ignore[arg-type]  # duck-typed: the methods uvicorn calls
+
+
+def run_server(app: Any, *, host: str, port: int, **options: Any) -> None:
+    """Serve `app` as `sessiongate serve` does (the benchmarks' Python floor runs on this too, to be the floor of
+    this very server)."""
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http=HttpProtocol,
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
+        **options,
+    )

@@ -2,7 +2,7 @@
 
 - `protocol`: the extension's wire formats (pydantic only; the one module the gateway imports);
 - `plugin`: the `sglang.srt.plugins` entry point, loaded by SGLang in every worker process;
-- `sglang_internals` and `internals/` (`ipc`, `scheduler_ops`, `http_ops`): every reference to SGLang
+- `internals/` (`patches`, `ipc`, `scheduler_ops`, `http_ops`, ...): every reference to SGLang
   internals, pinned to sglang 0.5.23;
 - `endpoints`: the load report and advisory prefetch endpoints (HTTP process), with the pure parts
   they rest on: `prefetch_book`, `kv_budget`, `rate_meter`, `load_metrics`;

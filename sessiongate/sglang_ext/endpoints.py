@@ -31,9 +31,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from sessiongate.sglang_ext import sglang_internals
 from sessiongate.sglang_ext.call_payload import pack_hashes, pack_tokens
-from sessiongate.sglang_ext.internals import http_ops, kv_ops
+from sessiongate.sglang_ext.internals import http_ops, kv_ops, patches
 from sessiongate.sglang_ext.protocol import (
     ErrorDetail,
     ErrorResponse,
@@ -88,7 +87,7 @@ class Endpoints:
 
     async def load(self) -> JSONResponse:
         figures = http_ops.load_snapshot()
-        facts = sglang_internals.server_facts()
+        facts = patches.server_facts()
         stats = await self._scheduler_stats()
         if figures is None:
             return error_response(503, "not_ready", "the scheduler has not published a load snapshot yet")

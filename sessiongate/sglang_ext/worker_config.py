@@ -6,24 +6,26 @@ one from command-line flags, each of which falls back to an environment variable
 Arguments after a bare `--` (or in `SESSIONGATE_WORKER_EXTRA_ARGS`, shell-quoted) are passed to
 SGLang unchanged.
 
-One mechanism (pydantic-settings, as `gateway.settings.GatewaySettings`): the constructor, `from_env`, `replace`
-and the CLI validate the same fields the same way; a bad value is one `WorkerConfigError` naming its variable (the
-CLI: its flag or variable, as a usage error). The constructor reads no environment.
+One idiom (`sessiongate.settings_base.EnvSettings`, as `gateway.settings.GatewaySettings`): ranges are field
+constraints, the documentation is each field's docstring (the CLI's help and docs/configuration.md are made from
+them); the constructor, `from_env`, `replace` and the CLI validate the same fields the same way; a bad value is one
+`WorkerConfigError` naming its variable (the CLI: its flag or variable, as a usage error). The constructor reads no
+environment.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
+from sessiongate.settings_base import EnvSettings
 from sessiongate.sglang_ext.models import MODELS, ModelName
 
 __all__ = [
@@ -53,18 +55,16 @@ class WorkerConfigError(ValueError):
     """A worker setting has a value that cannot be used; the message names the variable."""
 
 
-class WorkerConfig(BaseSettings):
+class WorkerConfig(EnvSettings):
     """One SGLang worker: model, address, KV cache tiers, and where its files go."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        frozen=True,
-        extra="forbid",
-        enable_decoding=False,
-        validate_default=True,
-        use_attribute_docstrings=True,
-        protected_namespaces=(),
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, protected_namespaces=())
+    error_type = WorkerConfigError
+
+    # For mypy, EnvSettings' constructor (values as text too), not the one it would synthesize from the fields.
+    if TYPE_CHECKING:
+
+        def __init__(self, _labels: Mapping[str, str] | None = None, **values: Any) -> None: ...
 
     model_path: Path | None = None
     """A model directory or hub id; None makes the named `model_size` model under `state_dir`."""
@@ -74,7 +74,9 @@ class WorkerConfig(BaseSettings):
     state_dir: Path = Path(".sessiongate")
     """Made models, the default pool directory and the default log files live here."""
     host: str = "127.0.0.1"
+    """The address the worker's HTTP server listens on."""
     port: int = 30000
+    """The port the worker's HTTP server listens on."""
     device: Device = "auto"
     """`auto`: CUDA when the machine has an NVIDIA GPU (`hardware.gpu_count`), else CPU with the compatibility
     layer."""
@@ -100,11 +102,13 @@ class WorkerConfig(BaseSettings):
     context_length: Positive | None = None
     """SGLang's `--context-length`; None: the model's own."""
     page_size: int = 64
+    """Tokens per KV page (SGLang's `--page-size`): the unit of caching, prefetch and the pool."""
     max_running_requests: Positive | None = None
     """None: `CPU_MAX_RUNNING_REQUESTS` on CPU, SGLang's default on a GPU."""
     chunked_prefill_size: int | None = None
     """None: `CPU_CHUNKED_PREFILL_SIZE` on CPU, SGLang's default on a GPU."""
     served_model_name: str | None = None
+    """The model name the worker answers to (SGLang's `--served-model-name`); None: its path."""
     hierarchical_cache: bool = True
     """HiCache: a host-memory tier under the device pool, written through, and the L3 storage below."""
     hicache_ratio: float = 2.0
@@ -143,6 +147,7 @@ class WorkerConfig(BaseSettings):
     mooncake_protocol: str = "tcp"
     """The transfer engine's protocol: `tcp` anywhere, `rdma` with an RDMA NIC."""
     prefetch_policy: PrefetchPolicy = "wait_complete"
+    """HiCache's L3 prefetch policy (SGLang's `--hicache-storage-prefetch-policy`)."""
     priority_eviction: bool = False
     """SGLang's priority scheduling and `priority` radix eviction: a request's `priority` (default 1 when it
     has none) is its KV's priority in the cache, the lowest evicted first (then LRU); a one-off request sent
@@ -154,6 +159,7 @@ class WorkerConfig(BaseSettings):
     log_file: Path | None = None
     """None: `<state_dir>/logs/worker-<port>.log`."""
     log_level: str = "info"
+    """SGLang's `--log-level`."""
     python: str | None = None
     """The interpreter that runs SGLang; None: this one."""
     extension: bool = True
@@ -168,6 +174,7 @@ class WorkerConfig(BaseSettings):
     `Authorization: Bearer <key>`; the gateway sends `SESSIONGATE_WORKER_API_KEY`. Workers belong on a private
     network all the same."""
     extra_args: tuple[str, ...] = ()
+    """Arguments passed to SGLang unchanged (shell-quoted in the environment; on the command line, after `--`)."""
 
     @property
     def effective_max_total_tokens(self) -> int:
@@ -188,36 +195,6 @@ class WorkerConfig(BaseSettings):
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def __init__(self, _labels: Mapping[str, str] | None = None, **values: Any) -> None:
-        """`_labels`: what to call a field's value in an error (the CLI names its flags); default, its variable."""
-        try:
-            super().__init__(**values)
-        except ValidationError as exc:
-            labels = _labels or {}
-            raise WorkerConfigError(_describe(exc, lambda name: labels.get(name, ENV_PREFIX + name.upper()))) from None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings,)  # the environment only through `from_env` and the CLI
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:
-        """`SESSIONGATE_WORKER_*` variables, then non-None `overrides`, then the defaults."""
-        values = _environment(os.environ if environ is None else environ)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def replace(self, **changes: Any) -> WorkerConfig:
-        """A copy with `changes`, validated like any other config (what `dataclasses.replace` was)."""
-        return type(self)(**{**self.model_dump(), **changes})
-
     @field_validator("extra_args", mode="before")
     @classmethod
     def _split_extra_args(cls, value: Any) -> Any:
@@ -235,19 +212,8 @@ class WorkerConfig(BaseSettings):
 _SECRET_FIELDS = ("api_key",)
 
 
-class _MappingEnvSource(EnvSettingsSource):
-    """pydantic-settings' environment source, over a given mapping instead of `os.environ`."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self._environ = environ
-        super().__init__(WorkerConfig)
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {key.lower(): value for key, value in self._environ.items()}
-
-
 def _environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    return _MappingEnvSource(environ)()
+    return WorkerConfig.env_values(environ)
 
 
 def _none_text(value: Any) -> bool:
@@ -265,20 +231,6 @@ def _optional_field(name: str) -> bool:
 def _choices(name: str) -> tuple[str, ...]:
     annotation = WorkerConfig.model_fields[name].annotation
     return tuple(str(a) for a in get_args(annotation)) if get_origin(annotation) is Literal else ()
-
-
-def _describe(exc: ValidationError, label: Callable[[str], str]) -> str:
-    """One line per bad value, each naming where it came from (`label` of its field)."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        message = error["msg"].removeprefix("Value error, ")
-        if not error["loc"]:
-            problems.append(message)
-        elif error["type"] == "extra_forbidden":
-            problems.append(f"unknown setting {error['loc'][0]!r}")
-        else:
-            problems.append(f"{label(str(error['loc'][0]))}={error['input']!r}: {message}")
-    return "; ".join(problems)
 
 
 def _flag(name: str) -> str:

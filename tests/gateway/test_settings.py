@@ -18,9 +18,9 @@ from sessiongate.gateway.settings import GatewaySettings, SettingsError
             "soon",
             "SESSIONGATE_UPSTREAM_READ_TIMEOUT_S='soon': Input should be a valid number",
         ),
-        ("max_body_bytes", "12", "SESSIONGATE_MAX_BODY_BYTES must be at least 1024"),
-        ("routing_policy", "random", "SESSIONGATE_ROUTING_POLICY must be one of"),
-        ("advisor_tick_s", "0", "SESSIONGATE_ADVISOR_TICK_S must be between 0.005 and 60"),
+        ("max_body_bytes", "12", "SESSIONGATE_MAX_BODY_BYTES='12': Input should be greater than or equal to 1024"),
+        ("routing_policy", "random", "SESSIONGATE_ROUTING_POLICY='random': must be one of round_robin,"),
+        ("advisor_tick_s", "0", "SESSIONGATE_ADVISOR_TICK_S='0': Input should be greater than or equal to 0.005"),
     ],
 )
 def test_a_bad_value_is_one_error_naming_the_variable(field: str, value: str, message: str) -> None:

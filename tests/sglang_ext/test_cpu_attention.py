@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import torch
 
-from sessiongate.sglang_ext import sglang_internals
 from sessiongate.sglang_ext.cpu_compat.kernels import extend_attention
+from sessiongate.sglang_ext.internals import patches
 
 
 @pytest.fixture(scope="module")
 def backend_module(cpu_compat: bool) -> ModuleType:
-    return importlib.import_module(sglang_internals.TORCH_NATIVE_BACKEND_MODULE)
+    return importlib.import_module(patches.TORCH_NATIVE_BACKEND_MODULE)
 
 
 @dataclass(frozen=True)
@@ -114,10 +114,10 @@ def test_patch_replaces_the_method_and_keeps_the_original(backend_module: Module
         backend_module.TorchNativeAttnBackend._run_sdpa_forward_extend,
     )
     stand_in = SimpleNamespace(
-        __name__=sglang_internals.TORCH_NATIVE_BACKEND_MODULE,
+        __name__=patches.TORCH_NATIVE_BACKEND_MODULE,
         TorchNativeAttnBackend=type("TorchNativeAttnBackend", (), {"_run_sdpa_forward_extend": original}),
     )
-    (patch,) = sglang_internals.cpu_patches()[sglang_internals.TORCH_NATIVE_BACKEND_MODULE]
+    (patch,) = patches.cpu_patches()[patches.TORCH_NATIVE_BACKEND_MODULE]
     patch(stand_in)  # type: ignore[arg-type]
     patched = stand_in.TorchNativeAttnBackend._run_sdpa_forward_extend
     assert patched is not original
@@ -129,8 +129,8 @@ def test_patch_replaces_the_method_and_keeps_the_original(backend_module: Module
 
 
 def test_disabled_patch_groups_are_left_out() -> None:
-    table = sglang_internals.cpu_patches(disabled={"attention"})
-    assert sglang_internals.TORCH_NATIVE_BACKEND_MODULE not in table
-    assert sglang_internals.HOST_POOL_MHA_MODULE in table
+    table = patches.cpu_patches(disabled={"attention"})
+    assert patches.TORCH_NATIVE_BACKEND_MODULE not in table
+    assert patches.HOST_POOL_MHA_MODULE in table
     with pytest.raises(ValueError, match="unknown CPU patch group"):
-        sglang_internals.cpu_patches(disabled={"atention"})
+        patches.cpu_patches(disabled={"atention"})

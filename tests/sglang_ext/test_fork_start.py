@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sessiongate.sglang_ext import sglang_internals
+from sessiongate.sglang_ext.internals import patches
 
 pytestmark = pytest.mark.usefixtures("cpu_compat")  # the patch checks the installed SGLang's version
 
@@ -35,7 +35,7 @@ def start_method() -> Iterator[None]:
 
 
 def stand_in_engine(calls: list[Any]) -> ModuleType:
-    engine = ModuleType(sglang_internals.ENGINE_MODULE)
+    engine = ModuleType(patches.ENGINE_MODULE)
 
     def _set_envs_and_config(server_args: Any) -> None:
         calls.append(server_args)
@@ -47,7 +47,7 @@ def stand_in_engine(calls: list[Any]) -> ModuleType:
 
 def patched(calls: list[Any]) -> ModuleType:
     engine = stand_in_engine(calls)
-    (patch,) = sglang_internals.cpu_patches()[sglang_internals.ENGINE_MODULE]
+    (patch,) = patches.cpu_patches()[patches.ENGINE_MODULE]
     patch(engine)
     return engine
 
@@ -79,7 +79,7 @@ def test_spawn_is_kept_while_other_threads_run() -> None:
 def test_a_forked_child_loads_the_plug_ins_again() -> None:
     """SGLang loads plug-ins once a process; the flag that says so must not pass from the server to its children,
     or a child never installs sessiongate's scheduler hooks."""
-    plugins = importlib.import_module(sglang_internals.PLUGINS_MODULE)
+    plugins = importlib.import_module(patches.PLUGINS_MODULE)
     loaded = plugins._plugins_loaded
     plugins._plugins_loaded = True  # the server process has loaded them by the time it forks
     try:
@@ -95,4 +95,4 @@ def test_a_forked_child_loads_the_plug_ins_again() -> None:
 
 
 def test_the_group_can_be_left_out() -> None:
-    assert sglang_internals.ENGINE_MODULE not in sglang_internals.cpu_patches(disabled={"fork_start"})
+    assert patches.ENGINE_MODULE not in patches.cpu_patches(disabled={"fork_start"})

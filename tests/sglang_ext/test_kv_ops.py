@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sessiongate.sglang_ext.sglang_internals import PATCH_GROUPS, cpu_patches
+from sessiongate.sglang_ext.internals.patches import PATCH_GROUPS, cpu_patches
 
 PAGE = 4
 DEVICE_TOKENS = 96

@@ -7,7 +7,7 @@ launcher prepends `SITE_DIR` to a CPU worker's PYTHONPATH; in it,
 - `sgl_kernel/` is a stand-in package whose imports succeed and whose ops raise when called.
 
 `activate()` installs `ImportHooks` that fix torch/torchvision (`torch_fixes`) and, as SGLang's
-modules are imported, apply the patches `sglang_ext.sglang_internals.cpu_patches` lists (HiCache's
+modules are imported, apply the patches `sglang_ext.internals.patches.cpu_patches` lists (HiCache's
 CUDA-only host pool code, the torch_native extend attention), using the pure-torch functions of
 `kernels`. Tests and tools that import transformers or sglang in-process on a CPU machine call
 `activate()` themselves.
@@ -54,7 +54,7 @@ def activate(
     after = {"torch": [add_cpu_stream_sync]}
     if patch_sglang:
         # Imported here: the table names SGLang's modules, and only this branch needs it.
-        from sessiongate.sglang_ext.sglang_internals import cpu_patches
+        from sessiongate.sglang_ext.internals.patches import cpu_patches
 
         after.update(cpu_patches(disabled=frozenset(disabled), h2d_layer_delay_s=h2d_layer_delay_s))
     hooks = ImportHooks(before={"torchvision": define_torchvision_op_schemas}, after=after)

@@ -12,7 +12,7 @@ for tests (`SESSIONGATE_CPU_H2D_LAYER_DELAY_S`, see `sglang_ext.cpu_compat`):
 - `CopyStream` runs enqueued copies one after another on one thread (a stream is FIFO), each layer
   after a delay, then marks that layer's event.
 
-Nothing here knows SGLang; `sglang_ext.sglang_internals` binds it to HiCache's classes.
+Nothing here knows SGLang; `sglang_ext.internals.patches` binds it to HiCache's classes.
 """
 
 from __future__ import annotations

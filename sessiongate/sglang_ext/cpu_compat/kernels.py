@@ -1,7 +1,7 @@
 """Pure-torch stand-ins for the CUDA kernels SGLang's CPU path lacks or does inefficiently.
 
 Nothing here knows SGLang: these are plain functions over tensors, with the signatures of the
-kernels they replace, so that `sglang_ext.sglang_internals` can bind them in place of the
+kernels they replace, so that `sglang_ext.internals.patches` can bind them in place of the
 originals and tests can compare them against reference index copies.
 
 - `extend_attention`: the extend (prefill) attention of the `torch_native` backend. SGLang's

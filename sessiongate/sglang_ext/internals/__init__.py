@@ -1,7 +1,9 @@
-"""SGLang internals for the advisory-prefetch features, pinned to sglang 0.5.23 like `sglang_internals`.
+"""Every reference to SGLang's internals, pinned to sglang 0.5.23: nothing else in `sessiongate` imports `sglang.srt`.
 
-`sglang_ext.sglang_internals` (CPU patches, the info route, the tool parser) and this package are
-the one place that references SGLang's internal modules; it was split along the process seam:
+The package is split along the process seam:
+
+- `patches`: the version pin (`require_supported_version`), the CPU patches `cpu_compat` applies,
+  and what the plug-in reads from and adds to SGLang's server (the info route, the tool parser);
 
 - `ipc`: the request/reply types the HTTP process and the scheduler exchange over SGLang's own
   ZMQ channels (registered with its msgpack codec), and the hooks that install them;
@@ -11,8 +13,9 @@ the one place that references SGLang's internal modules; it was split along the 
   counters the load report needs; `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
 - `http_ops`: what runs in the HTTP server process: routes on SGLang's FastAPI app, the chat
   template rendering of the OpenAI endpoint, the scheduler's published load snapshot, and the
-  awaitable calls into the scheduler.
+  awaitable calls into the scheduler;
+- `bench_rigs`: SGLang's cache classes built outside a server, for the benchmarks that time them.
 
 Importing the package imports nothing; the modules import SGLang and are imported by the plug-in
-only inside SGLang's processes.
+only inside SGLang's processes (and by tests and benchmarks).
 """

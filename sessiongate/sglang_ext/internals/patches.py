@@ -1,10 +1,10 @@
-"""The one place that touches SGLang's internals, pinned to one SGLang version (0.5.23).
+"""The version pin on SGLang (0.5.23), the CPU patches, and what the plug-in reads from and adds to SGLang's server.
 
 SGLang's internal module paths, classes and functions change between releases (its cache API
-changed three times in a year), so every reference to them lives here, and nowhere else in
-`sglang_ext`: module paths, attribute names, the patches applied to them, and the few internal
-objects the plug-in reads. A different installed version fails loudly (`UnsupportedSGLangVersion`)
-instead of patching code it was not written for.
+changed three times in a year), so every reference to them lives in `sglang_ext.internals`, and
+this module holds the pin the others rely on: module paths, attribute names, the patches applied to
+them, and the few internal objects the plug-in reads. A different installed version fails loudly
+(`UnsupportedSGLangVersion`) instead of patching code it was not written for.
 
 Nothing is imported at module import time: the functions import SGLang (and the pure-torch
 kernels) when called, which is after SGLang's own import in every caller.
@@ -30,8 +30,8 @@ CPU patches (`cpu_patches`), applied by `sglang_ext.cpu_compat` right after each
   again (`plugins._plugins_loaded` reset after the fork), as a spawned one does.
 
 The internals behind the load report and advisory prefetch (IPC with the scheduler, the
-scheduler-side prefetch, the HTTP-side helpers) live in the `sglang_ext.internals` package, split
-from this module along the process seam; the two together are the one place.
+scheduler-side prefetch, the HTTP-side helpers) are the package's other modules, split along the
+process seam.
 
 For the plug-in: `add_http_get_route` (an endpoint on the HTTP server's FastAPI app),
 `server_facts` (the published server arguments), `register_json_required_tool_parser` (a
@@ -95,7 +95,7 @@ def require_supported_version() -> str:
         raise UnsupportedSGLangVersion(
             f"sessiongate's SGLang extension is pinned to sglang=={SUPPORTED_SGLANG_VERSION} (it patches and "
             f"reads SGLang internals that change between releases), but sglang=={version} is installed; "
-            f"install sglang=={SUPPORTED_SGLANG_VERSION} or port sessiongate/sglang_ext/sglang_internals.py"
+            f"install sglang=={SUPPORTED_SGLANG_VERSION} or port sessiongate/sglang_ext/internals/patches.py"
         )
     return version
 
