@@ -189,6 +189,7 @@ def create_app(
                 the_store,
                 shared,
                 f"{instance}/{run}",
+                limits,
                 policy,
                 salts.for_tenant,
                 fast_http=chat_pool,
@@ -218,6 +219,7 @@ def create_app(
                 extension=routing.extension,
                 webhook=routing.webhook,
                 shared=shared,
+                sharing=routing.sharing,
                 tracing=traces,
             )
             log.info(
