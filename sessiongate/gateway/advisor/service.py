@@ -258,7 +258,9 @@ class Advisor:
             if found is None:
                 return {"object": "advisory", "state": "none"}
             return self.act.answer(found.advisory, "stopping", self.clock()) | {"expires_in_s": found.expires_in_s}
-        await self.replicas.update(advisory, expires_at=self.replicas.to_unix(advisory.expires_at, now), stopped=True)
+        await self.replicas.update(
+            advisory, expires_at=self.replicas.to_unix(advisory.expires_at, self.clock()), stopped=True
+        )
         return self.act.answer(advisory, "stopping", now)
 
     # the chat path (synchronous: never delays a turn; with replicas, one shared round trip before routing)
