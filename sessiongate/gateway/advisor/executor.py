@@ -41,7 +41,7 @@ from .decide import (
 )
 from .prefetch import Prefetcher
 from .quality import HintQuality
-from .replicas import LocalAdvisories, SharedAdvisories
+from .replicas import LocalAdvisories
 from .stats import AdvisoryStats
 from .tool_lifecycle import ToolLifecycle
 
@@ -287,7 +287,6 @@ class Executor:
     async def end_shared(self, advisory: LiveAdvisory) -> None:
         """This replica's copy of a shared advisory expired: settle it unless a turn claimed it (anywhere) or a
         signal on another replica extended it."""
-        assert isinstance(self.replicas, SharedAdvisories)
         outcome = await self.replicas.end_expired(self.book, advisory, self.clock())
         if outcome is not None:
             self.withdrawn(advisory, outcome)

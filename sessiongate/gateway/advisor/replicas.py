@@ -56,10 +56,8 @@ def advisories_for(
 
 
 class LocalAdvisories:
-    """One process: nothing is shared, so every call is a no-op or answers "nothing shared"."""
-
-    # The replicas' shared state; None with one process.
-    state: SharedState | None = None
+    """One process: nothing is shared, so every call to the shared state is a no-op or answers "nothing shared".
+    What the advisor does around those answers (`claim_into`, `end_expired`) is here too, for both."""
 
     def __init__(self, *, unix: Callable[[], float], quality: HintQuality) -> None:
         self.unix = unix
@@ -68,6 +66,27 @@ class LocalAdvisories:
     def to_unix(self, monotonic: float, now: float) -> float:
         """A time on the advisor's clock (`now` its reading) as a Unix time."""
         return monotonic - now + self.unix()
+
+    def local(self, record: SharedAdvisory, now: float) -> LiveAdvisory:
+        """Another replica's advisory, claimed by a turn here, on the advisor's clock (`now` its reading)."""
+        offset = now - self.unix()
+        return LiveAdvisory(
+            id=record.id,
+            session_id=record.session_id,
+            tenant_id=record.tenant_id,
+            kind=record.kind,
+            worker_id=record.worker_id,
+            worker_url=record.worker_url,
+            target=record.target,
+            created_at=now,
+            fire_at=now,
+            expires_at=record.expires_at + offset,
+            fired=record.fired,
+            ready_at=None if record.ready_at is None else record.ready_at + offset,
+            failed=record.failed,
+            stopped=record.stopped,
+            bytes_loaded=record.bytes_loaded,
+        )
 
     async def put(self, advisory: LiveAdvisory, expires_at: float) -> None:
         return None
@@ -81,6 +100,21 @@ class LocalAdvisories:
     async def end(self, advisory: LiveAdvisory) -> tuple[EndState, SharedAdvisory | None]:
         return "ended", None
 
+    async def end_expired(self, book: AdvisorBook, advisory: LiveAdvisory, now: float) -> str | None:
+        """This replica's copy of a shared advisory expired: the outcome to settle it with (cancelled or wasted),
+        or None when a turn claimed it (anywhere) or a signal on another replica extended it (back in `book`)."""
+        state, record = await self.end(advisory)
+        if state == "gone":
+            log.info("advisory_claimed_elsewhere", advisory_id=advisory.id)
+            return None
+        if record is not None:
+            advisory.stopped = record.stopped
+        if state == "extended" and record is not None and book.live.get(advisory.session_id) is None:
+            advisory.expires_at = record.expires_at - self.unix() + now
+            book.add(advisory)
+            return None
+        return "cancelled" if advisory.stopped else "wasted"
+
     async def refresh_elsewhere(self, session_id: str, fire_in_s: float, ttl_s: float, now: float) -> Elsewhere | None:
         return None
 
@@ -89,6 +123,33 @@ class LocalAdvisories:
 
     async def begin_turn(self, session_id: str) -> SharedTurn | None:
         return None
+
+    def claim_into(
+        self, book: AdvisorBook, session_id: str, record: SharedAdvisory | None, now: float
+    ) -> tuple[LiveAdvisory | None, LiveAdvisory | None]:
+        """Put the advisory a turn here claimed (`record`, None: none) in `book`, where `reservation` and
+        `on_request` find it as if made here. Returns (to end, to cancel): a shared copy here that was not claimable
+        (claimed by a turn on another replica, or replaced there), whose end the shared state decides; one made
+        here while the shared state was down, which the shared one replaces."""
+        local = book.live.get(session_id)
+        to_end = to_cancel = None
+        if local is not None and record is not None and local.id == record.id:
+            local.shared = False  # claimed out of the shared state: this replica's alone now
+            return None, None
+        if local is not None and local.shared:
+            # Not claimable: claimed by a turn on another replica, expired, or replaced there. Its end (the shared
+            # state says which) settles it, or leaves it to the replica that claimed it.
+            if record is None:
+                local.expires_at = min(local.expires_at, now)  # the next tick ends it
+            else:
+                book.withdraw(session_id)
+                to_end = local
+        elif local is not None and record is not None:
+            book.withdraw(session_id)  # made here while the shared state was down: the shared one wins
+            to_cancel = local
+        if record is not None:
+            book.add(self.local(record, now))
+        return to_end, to_cancel
 
     async def tier(self, session_id: str, tenant_id: str, kind: str) -> Tier | None:
         return None
@@ -113,35 +174,12 @@ class LocalAdvisories:
 class SharedAdvisories(LocalAdvisories):
     """Replicas: live advisories, quality samples and statistics in the shared state every replica reads."""
 
-    state: SharedState
-
     def __init__(self, state: SharedState, *, replica: str, unix: Callable[[], float], quality: HintQuality) -> None:
         super().__init__(unix=unix, quality=quality)
         self.state = state
         self.replica = replica
         # Statistics counted since the last tick, added to the replicas' shared counters at the next one.
         self._counts: dict[str, float] = {}
-
-    def local(self, record: SharedAdvisory, now: float) -> LiveAdvisory:
-        """Another replica's advisory, claimed by a turn here, on the advisor's clock (`now` its reading)."""
-        offset = now - self.unix()
-        return LiveAdvisory(
-            id=record.id,
-            session_id=record.session_id,
-            tenant_id=record.tenant_id,
-            kind=record.kind,
-            worker_id=record.worker_id,
-            worker_url=record.worker_url,
-            target=record.target,
-            created_at=now,
-            fire_at=now,
-            expires_at=record.expires_at + offset,
-            fired=record.fired,
-            ready_at=None if record.ready_at is None else record.ready_at + offset,
-            failed=record.failed,
-            stopped=record.stopped,
-            bytes_loaded=record.bytes_loaded,
-        )
 
     async def put(self, advisory: LiveAdvisory, expires_at: float) -> None:
         """Share an advisory made here; marked `shared` once the shared state holds it."""
@@ -193,21 +231,6 @@ class SharedAdvisories(LocalAdvisories):
         except SharedUnavailable:
             return "ended", None
 
-    async def end_expired(self, book: AdvisorBook, advisory: LiveAdvisory, now: float) -> str | None:
-        """This replica's copy of a shared advisory expired: the outcome to settle it with (cancelled or wasted),
-        or None when a turn claimed it (anywhere) or a signal on another replica extended it (back in `book`)."""
-        state, record = await self.end(advisory)
-        if state == "gone":
-            log.info("advisory_claimed_elsewhere", advisory_id=advisory.id)
-            return None
-        if record is not None:
-            advisory.stopped = record.stopped
-        if state == "extended" and record is not None and book.live.get(advisory.session_id) is None:
-            advisory.expires_at = record.expires_at - self.unix() + now
-            book.add(advisory)
-            return None
-        return "cancelled" if advisory.stopped else "wasted"
-
     async def refresh_elsewhere(self, session_id: str, fire_in_s: float, ttl_s: float, now: float) -> Elsewhere | None:
         """Extend the session's live advisory that another replica owns (debounce across replicas): it and its new
         expiry, in seconds from now. None when there is none (or the shared state is down)."""
@@ -246,33 +269,6 @@ class SharedAdvisories(LocalAdvisories):
             return await self.state.begin_turn(session_id, self.unix())
         except SharedUnavailable:
             return None
-
-    def claim_into(
-        self, book: AdvisorBook, session_id: str, record: SharedAdvisory | None, now: float
-    ) -> tuple[LiveAdvisory | None, LiveAdvisory | None]:
-        """Put the advisory a turn here claimed (`record`, None: none) in `book`, where `reservation` and
-        `on_request` find it as if made here. Returns (to end, to cancel): a shared copy here that was not claimable
-        (claimed by a turn on another replica, or replaced there), whose end the shared state decides; one made
-        here while the shared state was down, which the shared one replaces."""
-        local = book.live.get(session_id)
-        to_end = to_cancel = None
-        if local is not None and record is not None and local.id == record.id:
-            local.shared = False  # claimed out of the shared state: this replica's alone now
-            return None, None
-        if local is not None and local.shared:
-            # Not claimable: claimed by a turn on another replica, expired, or replaced there. Its end (the shared
-            # state says which) settles it, or leaves it to the replica that claimed it.
-            if record is None:
-                local.expires_at = min(local.expires_at, now)  # the next tick ends it
-            else:
-                book.withdraw(session_id)
-                to_end = local
-        elif local is not None and record is not None:
-            book.withdraw(session_id)  # made here while the shared state was down: the shared one wins
-            to_cancel = local
-        if record is not None:
-            book.add(self.local(record, now))
-        return to_end, to_cancel
 
     async def tier(self, session_id: str, tenant_id: str, kind: str) -> Tier | None:
         """The adaptive rule's tier by every replica's outcomes; None while they are not reachable."""

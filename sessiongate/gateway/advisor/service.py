@@ -43,7 +43,7 @@ from .decide import Decision, Known, Need, Signal, decide, timing
 from .executor import Executor
 from .prefetch import Prefetcher
 from .quality import HintQuality, Tier
-from .replicas import SharedAdvisories, advisories_for
+from .replicas import advisories_for
 from .stats import AdvisoryStats
 from .tool_lifecycle import ToolLifecycle
 from .toolkv import ResultGaps, ToolDurations, ToolKVDecision, ToolKVPolicy
@@ -271,7 +271,6 @@ class Advisor:
         turn = await self.replicas.begin_turn(session_id)
         if turn is None:
             return
-        assert isinstance(self.replicas, SharedAdvisories)
         self.router.load_kv(session_id, turn.kv)
         to_end, to_cancel = self.replicas.claim_into(self.book, session_id, turn.advisory, self.clock())
         if to_end is not None:
