@@ -2,9 +2,10 @@
 
 `Executor.perform` carries out a `decide.Decision`'s actions in order and `reply` renders its answer; the other
 methods are the advisor's effects outside a signal: settling an advisory (`settle`, `withdrawn`), firing its
-prefetch (`fire`), the batched "missed" records, and the end of a shared advisory's copy here. All I/O runs in
-background tasks (`spawn`): nothing the chat path calls here awaits anything, and no advisor failure reaches a
-user's turn (store and worker errors are logged and the advisory marked failed, which drops its reservation).
+prefetch (`fire`), the batched "missed" records, and the end of a shared advisory's copy here. A signal awaits
+only its own writes (the new advisory's record, the shared state's copy); the rest of the I/O runs in background
+tasks (`spawn`): nothing the chat path calls here awaits anything, and no advisor failure reaches a user's turn
+(store and worker errors are logged and the advisory marked failed, which drops its reservation).
 A stopping advisor lets the outcomes being written reach the store (`drain`) before it stops the rest.
 """
 
