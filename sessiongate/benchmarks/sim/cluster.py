@@ -434,7 +434,7 @@ class _Cluster:
             self._fire(advisory)
 
     def _retarget(self, advisory: LiveAdvisory) -> None:
-        """`Advisor._retarget`: point a not yet fired advisory at the policy's choice now."""
+        """`Executor.retarget`: point a not yet fired advisory at the policy's choice now."""
         worker = self.policy.choose(self._route_for_hint(advisory.session_id, self.loop.now, None), self._views())
         advisory.worker_id, advisory.worker_url = worker.id, worker.url
 

@@ -17,7 +17,7 @@ worker's here), `ToolKVPolicy`, `AdvisorBook` (its `due` and `lapse`), `HintQual
   scheduled for the long kind (`retain_lapsed`), holding no reservation until it fires.
 - offload: nothing is retained; an advisory scheduled `fire_in_s` ahead.
 - A scheduled advisory due (`tick`, run at each due or lapse time instead of every 50 ms): pointed at the policy's
-  choice at that time (`Advisor._retarget`) and fired (the cluster's prefetch path).
+  choice at that time (`Executor.retarget`) and fired (the cluster's prefetch path).
 - Where the result comes from: a turn whose `result_gap_s` is None carries its tool's result in the request (a
   chat-completions client); the tool's duration is then recorded when that request arrives, as the store records
   it. (The gateway's advisor learns durations only from posted results, `Advisor.on_tool_result`; the simulator
@@ -132,7 +132,7 @@ class SimToolKV:
         live = c.book.get(session_id, now)
         lands = kind != "tool_result" or self.lifecycle.early_fire_lands(tenant_id, c.belief.context_tokens(session_id))
         if live is not None and not live.fired:
-            if not lands and now + fire_in_s < live.fire_at:  # `_skip_early`
+            if not lands and now + fire_in_s < live.fire_at:  # `DropScheduled`
                 c.book.withdraw(session_id)
                 self.lifecycle.skipped_early(session_id)
                 c._settle(live, "cancelled", None)
