@@ -25,7 +25,6 @@ from starlette.routing import Route
 from sessiongate import sessions
 
 from .admin_api import admin_routes
-from .advisor.signals import signal_routes
 from .auth import authentication_mode
 from .chat import chat_completions
 from .chat_route import ChatRoute
@@ -50,6 +49,7 @@ from .sessions_api import (
 )
 from .settings import GatewaySettings
 from .shared import make_shared
+from .signals_api import signal_routes
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
 from .tracing import Tracing, tracing_from_environ
@@ -189,6 +189,7 @@ def create_app(
                 the_store,
                 shared,
                 f"{instance}/{run}",
+                limits,
                 policy,
                 salts.for_tenant,
                 fast_http=chat_pool,
@@ -218,6 +219,7 @@ def create_app(
                 extension=routing.extension,
                 webhook=routing.webhook,
                 shared=shared,
+                sharing=routing.sharing,
                 tracing=traces,
             )
             log.info(

@@ -101,8 +101,7 @@ async def chat_completions(request: Request) -> Response:
     try:
         with trace.span("sessiongate.admission"):
             tenant_id = await authenticate(request, state.settings)
-            limits = state.limits
-            admission = await limits.admit_shared(tenant_id) if limits.shared is not None else limits.admit(tenant_id)
+            admission = await state.sharing.admit(tenant_id)
     except BaseException as exc:
         trace.end("rejected", error=exc)
         raise
@@ -183,8 +182,7 @@ async def _chat_turn(
     if turn.context_reset and turn.seq > 1:
         await note_prefix_break(state, tenant_id, session_id, turn, body["messages"])
 
-    if state.advisor.shared is not None:  # replicas: claim the session's advisory, read its KV belief
-        await state.advisor.prepare_turn(session_id)
+    await state.sharing.before_routing(session_id)  # replicas: claim the session's advisory, read its KV belief
     reservation = state.advisor.reservation(session_id)
     messages = body["messages"]
     known_prefix = 0 if turn.context_reset else len(messages) - len(turn.input_messages)

@@ -51,8 +51,6 @@ class Admission:
         self._limits = limits
         self.tenant_id = tenant_id
         self._released = False
-        # Whether the charge must also reach the replicas' shared bucket (`charge_shared`).
-        self.distributed = limits.shared is not None
 
     def charge(self, tokens: int) -> None:
         self._limits.charge(self.tenant_id, tokens)

@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .admin_api import AdminSessionPatch, RetainBody
-from .advisor.signals import AdviseBody, ToolResultBody, TypingBody, TypingWebhookBody
 from .advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from .keys_api import TENANT_ID_PATTERN, CreateKeyBody, TenantLimitsBody
 from .lifecycle import ForkBody
@@ -25,6 +24,7 @@ from .openai_responses import ResponsesBody
 from .openai_responses.openapi import RESPONSES_API_SCHEMAS
 from .openapi_responses import RESPONSE_SCHEMAS, list_of
 from .schemas import SESSION_ID_PATTERN, ChatCompletionBody, CreateSessionBody, UpdateSessionBody
+from .signals_api import AdviseBody, ToolResultBody, TypingBody, TypingWebhookBody
 
 __all__ = ["openapi_document", "openapi_json"]
 

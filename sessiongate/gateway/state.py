@@ -19,6 +19,7 @@ from .settings import GatewaySettings
 from .shared import SharedState
 from .tenancy import CacheSalts, KeyRing
 from .tracing import NO_TRACING, Tracing
+from .turn_sharing import OneReplica
 from .upstream import WorkerClient
 from .workers import WorkerPool
 
@@ -43,6 +44,8 @@ class GatewayState:
     webhook: WebhookVerifier | None
     # What the replicas share (LocalShared with one process; RedisShared with SESSIONGATE_REDIS_URL).
     shared: SharedState
+    # What a turn shares with the other replicas (asked once, in `wiring.start_routing`).
+    sharing: OneReplica
     # This replica's name and this process's run (see `GatewaySettings.instance_id`).
     instance: str = ""
     run: str = ""

@@ -89,15 +89,11 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
     ctx.trace.upstream_end(usage=usage)
     if ctx.admission is not None:
         total = usage.get("total_tokens")
-        if ctx.admission.distributed:
-            await ctx.admission.charge_shared(total if isinstance(total, int) else 0)
-        else:
-            ctx.admission.charge(total if isinstance(total, int) else 0)
+        await state.sharing.charge(ctx.admission, total if isinstance(total, int) else 0)
         ctx.admission.release()
     prompt_details = as_dict(usage.get("prompt_tokens_details"))
     state.router.after_turn(ctx.session_id, ctx.worker_id, result.usage, result.cached_tokens_details)
-    if state.router.shared is not None:  # replicas: the next turn may land on another one
-        await state.router.publish_kv(ctx.session_id)
+    await state.sharing.after_turn(ctx.session_id)  # replicas: the next turn may land on another one
     tool_names = [str(as_dict(c.get("function")).get("name")) for c in result.message.get("tool_calls") or ()]
     state.advisor.on_turn_end(
         ctx.session_id, ctx.tenant_id, ctx.turn_id, cache_details=result.cached_tokens_details, tool_names=tool_names
@@ -155,10 +151,7 @@ async def fail_turn(
     """Record a failed or cancelled turn. `used_tokens`: what the worker spent on it before it ended (a streamed
     turn cut short), charged to the tenant like a finished turn's usage."""
     if ctx.admission is not None:
-        if ctx.admission.distributed:
-            await ctx.admission.charge_shared(used_tokens)
-        else:
-            ctx.admission.charge(used_tokens)
+        await ctx.state.sharing.charge(ctx.admission, used_tokens)
         ctx.admission.release()
     if ctx.idempotency is not None:
         await ctx.idempotency.release()

@@ -1,5 +1,6 @@
 """Building the routing side of the gateway at start-up: policy, router, load poller, advisor, webhook verifier
-(the last three given the replicas' shared state, `gateway.shared`).
+(the last three given the replicas' shared state, `gateway.shared`), and what a turn shares with the other
+replicas (`turn_sharing`: whether there are replicas is asked here, once).
 
 Kept out of `app.py` so the lifespan stays a list of resources: this returns the parts and registers their
 background loops (load polling, the advisor's tick) on the lifespan's exit stack, which cancels them at shutdown.
@@ -20,12 +21,14 @@ from .advisor import Advisor, WebhookVerifier
 from .advisor.toolkv import ToolKVPolicy
 from .extension import ExtensionClient
 from .http1 import Http1Pool
+from .limits import TenantLimits
 from .load import LoadPoller
 from .router import Router
 from .routing import CostModel, KVBelief, RoutingPolicy, make_policy
 from .settings import GatewaySettings
 from .shared import SharedState
 from .tracing import NO_TRACING, Tracing
+from .turn_sharing import OneReplica, turn_sharing
 from .workers import WorkerPool
 
 __all__ = ["RoutingParts", "start_routing"]
@@ -37,6 +40,7 @@ class RoutingParts:
     advisor: Advisor
     extension: ExtensionClient
     webhook: WebhookVerifier | None
+    sharing: OneReplica
 
 
 def build_policy(settings: GatewaySettings) -> RoutingPolicy:
@@ -61,6 +65,7 @@ async def start_routing(
     store: sessions.SessionStore,
     shared: SharedState,
     replica: str,
+    limits: TenantLimits,
     policy: RoutingPolicy | None = None,
     cache_salt_for: Callable[[str], str] | None = None,
     fast_http: Http1Pool | None = None,
@@ -101,4 +106,5 @@ async def start_routing(
         task = asyncio.create_task(loop)
         stack.callback(task.cancel)
     webhook = WebhookVerifier(settings.webhook_secret, shared=shared) if settings.webhook_secret else None
-    return RoutingParts(router=router, advisor=advisor, extension=extension, webhook=webhook)
+    sharing = turn_sharing(shared, limits=limits, router=router, advisor=advisor)
+    return RoutingParts(router=router, advisor=advisor, extension=extension, webhook=webhook, sharing=sharing)

@@ -17,7 +17,7 @@ Nothing of the gateway's decision logic is re-implemented here. The wiring mirro
   finishes `ready_at` and `KVBelief.after_prefetch` with `prefetch_residency` (only while the advisory is still
   live, as the gateway's polling loop); expiries settle as wasted (`AdvisorBook.expire`). A system with the
   tool-call KV lifecycle takes its hints, and the tool results its agents post, through `toolkv.SimToolKV.signal`
-  (the whole of `Advisor._signal`, early fire and early skip included).
+  (the whole of `advisor.decide.decide`, early fire and early skip included).
 
 Two idealisations, said once: load reports are fresh at every choice (the gateway's are up to 2 s old), and the
 workers' prefill/decode rates in `WorkerView` are left empty so `CostModel` uses the calibration's rates (the
@@ -361,7 +361,7 @@ class _Cluster:
             next_id, delay = self.follow_ups[request.session_id]
             self.loop.at(now + delay, self._send, (next_id, 0))
 
-    # the advisor (Advisor.signal / tick / _prefetch / _settle)
+    # the advisor (Advisor.signal and tick; Executor.fire and settle)
 
     def _tool_result(self, item: tuple[str, float]) -> None:
         assert self.tool_kv is not None
@@ -434,7 +434,7 @@ class _Cluster:
             self._fire(advisory)
 
     def _retarget(self, advisory: LiveAdvisory) -> None:
-        """`Advisor._retarget`: point a not yet fired advisory at the policy's choice now."""
+        """`Executor.retarget`: point a not yet fired advisory at the policy's choice now."""
         worker = self.policy.choose(self._route_for_hint(advisory.session_id, self.loop.now, None), self._views())
         advisory.worker_id, advisory.worker_url = worker.id, worker.url
 
@@ -450,7 +450,7 @@ class _Cluster:
         fire_at: float,
         expires_in_s: float = 0.0,
     ) -> LiveAdvisory:
-        """A `LiveAdvisory` as `Advisor._signal` makes one (numbered in order), expiring the ttl plus
+        """A `LiveAdvisory` as `Executor` makes one (numbered in order), expiring the ttl plus
         `expires_in_s` from now; not yet in the book."""
         self._advisory_ids += 1
         return LiveAdvisory(
@@ -483,7 +483,7 @@ class _Cluster:
             advisory.ready_at = self.loop.now  # nothing to bring: the reservation alone
             return
         if advisory.action == "retain" and self.tool_kv is not None and self.tool_kv.retain(advisory):
-            return  # `Advisor._prefetch`: a retain that found the KV is all (else it falls back to a prefetch)
+            return  # `Prefetcher.run`: a retain that found the KV is all (else it falls back to a prefetch)
         if self.machine is not None:  # the gateway and the worker's HTTP process prepare the prefetch on these cores
             self.machine.charge_front(self.loop.now, self.cal.front_cpu_s_per_advisory)
         rank_until = advisory.expires_at if self.spec.ranked_prefetch else None

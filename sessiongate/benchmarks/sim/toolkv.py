@@ -1,8 +1,9 @@
 """The advisor's tool-call KV lifecycle in the simulated cluster, wired as `Advisor.on_turn_end`, `plan_tool_kv`,
-`on_tool_result`, `_signal`, `on_request` and `tick` (sessiongate/gateway/advisor/service.py) wire it, with the
-gateway's own pure objects: `ToolLifecycle` (tool_lifecycle.py: the recorded durations `ToolDurations`, the result
-gaps `ResultGaps`, `plan`, `early_fire_lands`, `skipped_early`, `turn_began`; only its `retain`, the one worker
-call, is the simulated worker's here), `ToolKVPolicy`, `AdvisorBook` (its `due` and `lapse`), `HintQuality` and
+`on_tool_result`, `signal` (its decision: sessiongate/gateway/advisor/decide.py), `on_request` and `tick`
+(sessiongate/gateway/advisor/service.py) wire it, with the gateway's own pure objects: `ToolLifecycle`
+(tool_lifecycle.py: the recorded durations `ToolDurations`, the result gaps `ResultGaps`, `plan`,
+`early_fire_lands`, `skipped_early`, `turn_began`; only its `retain`, the one worker call, is the simulated
+worker's here), `ToolKVPolicy`, `AdvisorBook` (its `due` and `lapse`), `HintQuality` and
 `AdvisoryStats` (whose `tool_kv` counts the plans and events).
 
 - A turn ends and the session's next turn is a tool turn: `ToolLifecycle.plan` from the recorded samples (the
@@ -16,14 +17,14 @@ call, is the simulated worker's here), `ToolKVPolicy`, `AdvisorBook` (its `due` 
   scheduled for the long kind (`retain_lapsed`), holding no reservation until it fires.
 - offload: nothing is retained; an advisory scheduled `fire_in_s` ahead.
 - A scheduled advisory due (`tick`, run at each due or lapse time instead of every 50 ms): pointed at the policy's
-  choice at that time (`Advisor._retarget`) and fired (the cluster's prefetch path).
+  choice at that time (`Executor.retarget`) and fired (the cluster's prefetch path).
 - Where the result comes from: a turn whose `result_gap_s` is None carries its tool's result in the request (a
   chat-completions client); the tool's duration is then recorded when that request arrives, as the store records
   it. (The gateway's advisor learns durations only from posted results, `Advisor.on_tool_result`; the simulator
   has always fed it the in-request ones too, and keeps doing so, so that the earlier figures stand.)
 - A turn with a `result_gap_s`: the agent posted the result when its tool returned, that long before the request
   (`tool_result`, as `Advisor.on_tool_result` with the turn's one call, so its last): the duration is learnt, the
-  time noted (`ToolLifecycle.result_posted`), and the result is signalled (`signal`, `Advisor._signal` for a
+  time noted (`ToolLifecycle.result_posted`), and the result is signalled (`signal`, `advisor.decide.decide` for a
   `tool_result`): a scheduled prefetch fires now (`early`) if the tenant's learnt result gaps say it can land
   before the turn (`early_fire_lands`), else it is withdrawn (settled cancelled, `early_skipped`); a fired one is
   refreshed, or moved where the policy would now send the request; with none live, a prefetch at the policy's
@@ -122,8 +123,8 @@ class SimToolKV:
         return self.lifecycle.turn_began(session_id, self.cluster.loop.now)
 
     def signal(self, session_id: str, tenant_id: str, kind: str) -> str:
-        """`Advisor._signal` with no decision (a tool result or a client's hint: fire now), one replica; returns the
-        state its answer names."""
+        """`advisor.decide.decide` with no decision (a tool result or a client's hint: fire now), one replica;
+        returns the state its answer names."""
         c = self.cluster
         now = c.loop.now
         c.stats.signal(kind)
@@ -131,7 +132,7 @@ class SimToolKV:
         live = c.book.get(session_id, now)
         lands = kind != "tool_result" or self.lifecycle.early_fire_lands(tenant_id, c.belief.context_tokens(session_id))
         if live is not None and not live.fired:
-            if not lands and now + fire_in_s < live.fire_at:  # `_skip_early`
+            if not lands and now + fire_in_s < live.fire_at:  # `DropScheduled`
                 c.book.withdraw(session_id)
                 self.lifecycle.skipped_early(session_id)
                 c._settle(live, "cancelled", None)
@@ -173,7 +174,7 @@ class SimToolKV:
         return "fired" if advisory.fired else "scheduled"
 
     def on_tool_call(self, session_id: str, tenant_id: str) -> None:
-        """`Advisor.on_turn_end` with tool names: `plan_tool_kv`, then `_signal` with the decision."""
+        """`Advisor.on_turn_end` with tool names: `plan_tool_kv`, then `signal` with the decision."""
         c = self.cluster
         now = c.loop.now
         decision = self.lifecycle.plan(tenant_id, [TOOL_NAME], c.belief.context_tokens(session_id))

@@ -27,7 +27,7 @@ from sessiongate.gateway.tracing import NO_TRACING, PrefetchTrace, Tracing
 from sessiongate.sglang_ext.protocol import PrefetchRequest
 
 from .core import LiveAdvisory, prefetch_residency
-from .replicas import SharedAdvisories
+from .replicas import LocalAdvisories
 from .stats import AdvisoryStats
 from .tool_lifecycle import ToolLifecycle
 
@@ -52,7 +52,7 @@ class Prefetcher:
         extension: ExtensionClient,
         router: Router,
         stats: AdvisoryStats,
-        replicas: SharedAdvisories,
+        replicas: LocalAdvisories,
         tools: ToolLifecycle,
         cache_salt_for: Callable[[str], str] | None,
         poll_interval_s: float,

@@ -1,52 +1,71 @@
 """The advisor's side of the replicas' shared state (`gateway.shared`): its live advisories there, the hint quality
-samples every replica adds to, and the statistics counters they add up; all times here are Unix times.
+samples every replica adds to, and the statistics counters they add up; all times there are Unix times.
 
-`Advisor` owns one `SharedAdvisories` whatever the deployment. With one process (`state` None) the calls on the
-advisor's common paths (`update`, `take_back`, `begin_turn`, `tier`, `count`, `flush_counts`, `counters`) are
-no-ops or answer "nothing shared", and the rest are not called. A shared state that does not answer
-(`SharedUnavailable`) is treated the same way, so each replica goes on with its own book. What the advisor asks:
+Whether the replicas share state is asked once, when the advisor is built (`advisories_for`): with one process
+the advisor gets `LocalAdvisories`, whose calls are no-ops or answer "nothing shared"; with replicas,
+`SharedAdvisories`. A shared state that does not answer (`SharedUnavailable`) is treated as with one process, so
+each replica goes on with its own book. What the advisor asks:
 
 - an advisory made here (this replica its owner): `put`, then `update` as its prefetch fires, finishes or fails
-  (False: a turn on another replica claimed it), `take_back` when a later signal supersedes it, and `end` when
-  this replica's copy expires (ended, extended by a signal elsewhere, or claimed elsewhere: "gone");
-- a signal here for a session whose live advisory another replica owns: `extend` or `stop` that one;
-- a turn here: `begin_turn`, the one atomic claim of the session's advisory (and its KV belief) before routing;
-- the adaptive rule: `tier` from every replica's samples, `add_outcome` for each settled advisory;
+  (False: a turn on another replica claimed it), `take_back` when a later signal supersedes it, and `end_expired`
+  when this replica's copy expires (ended, extended by a signal elsewhere, or claimed elsewhere);
+- a signal here for a session whose live advisory another replica owns: `refresh_elsewhere` or `stop_elsewhere`;
+- a turn here: `begin_turn`, the one atomic claim of the session's advisory (and its KV belief) before routing,
+  and `claim_into`, which puts the claimed advisory in this replica's book;
+- the adaptive rule: `tier` from every replica's samples, `settled` for each settled advisory;
 - statistics: `count` adds to a batch that `flush_counts` writes at the next tick; `counters` reads the sum.
 
-The advisor converts its monotonic times to these Unix times (`Advisor._to_unix`); `local` converts back.
+The advisor's times are monotonic; `to_unix` converts them to these Unix times, `local` converts back.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
 
 from sessiongate.gateway.shared import SharedAdvisory, SharedState, SharedTurn, SharedUnavailable
 from sessiongate.gateway.shared.base import EndState
 
-from .core import LiveAdvisory
+from .core import AdvisorBook, LiveAdvisory
+from .decide import Elsewhere
 from .quality import HintQuality, Tier
+from .stats import AdvisoryStats
 
-__all__ = ["SharedAdvisories"]
+__all__ = ["LocalAdvisories", "SharedAdvisories", "advisories_for"]
+
+log = structlog.get_logger(__name__)
 
 # How long a shared advisory is kept past its expiry, for its owner to find and settle it.
 _KEEP_S = 60.0
 # A time after every expiry: `end_advisory` at it ends an advisory whatever its expiry (a withdrawal).
 _FOREVER = 1e12
 
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
-class SharedAdvisories:
-    def __init__(
-        self, state: SharedState | None, *, replica: str, unix: Callable[[], float], quality: HintQuality
-    ) -> None:
-        # None with one process: a local shared state holds nothing another replica could read.
-        self.state = state if state is not None and state.distributed else None
-        self.replica = replica
+
+def advisories_for(
+    state: SharedState | None, *, replica: str, unix: Callable[[], float], quality: HintQuality
+) -> LocalAdvisories:
+    """The one place the advisor asks whether replicas share its state."""
+    if state is not None and state.distributed:
+        return SharedAdvisories(state, replica=replica, unix=unix, quality=quality)
+    return LocalAdvisories(unix=unix, quality=quality)
+
+
+class LocalAdvisories:
+    """One process: nothing is shared, so every call to the shared state is a no-op or answers "nothing shared".
+    What the advisor does around those answers (`claim_into`, `end_expired`) is here too, for both."""
+
+    def __init__(self, *, unix: Callable[[], float], quality: HintQuality) -> None:
         self.unix = unix
         self.quality = quality
-        # Statistics counted since the last tick, added to the replicas' shared counters at the next one.
-        self._counts: dict[str, float] = {}
+
+    def to_unix(self, monotonic: float, now: float) -> float:
+        """A time on the advisor's clock (`now` its reading) as a Unix time."""
+        return monotonic - now + self.unix()
 
     def local(self, record: SharedAdvisory, now: float) -> LiveAdvisory:
         """Another replica's advisory, claimed by a turn here, on the advisor's clock (`now` its reading)."""
@@ -70,8 +89,100 @@ class SharedAdvisories:
         )
 
     async def put(self, advisory: LiveAdvisory, expires_at: float) -> None:
+        return None
+
+    async def update(self, advisory: LiveAdvisory, **changes: object) -> bool:
+        return True
+
+    async def take_back(self, advisory: LiveAdvisory) -> bool:
+        return True
+
+    async def end(self, advisory: LiveAdvisory) -> tuple[EndState, SharedAdvisory | None]:
+        return "ended", None
+
+    async def end_expired(self, book: AdvisorBook, advisory: LiveAdvisory, now: float) -> str | None:
+        """This replica's copy of a shared advisory expired: the outcome to settle it with (cancelled or wasted),
+        or None when a turn claimed it (anywhere) or a signal on another replica extended it (back in `book`)."""
+        state, record = await self.end(advisory)
+        if state == "gone":
+            log.info("advisory_claimed_elsewhere", advisory_id=advisory.id)
+            return None
+        if record is not None:
+            advisory.stopped = record.stopped
+        if state == "extended" and record is not None and book.live.get(advisory.session_id) is None:
+            advisory.expires_at = record.expires_at - self.unix() + now
+            book.add(advisory)
+            return None
+        return "cancelled" if advisory.stopped else "wasted"
+
+    async def refresh_elsewhere(self, session_id: str, fire_in_s: float, ttl_s: float, now: float) -> Elsewhere | None:
+        return None
+
+    async def stop_elsewhere(self, session_id: str, grace_s: float, now: float) -> Elsewhere | None:
+        return None
+
+    async def begin_turn(self, session_id: str) -> SharedTurn | None:
+        return None
+
+    def claim_into(
+        self, book: AdvisorBook, session_id: str, record: SharedAdvisory | None, now: float
+    ) -> tuple[LiveAdvisory | None, LiveAdvisory | None]:
+        """Put the advisory a turn here claimed (`record`, None: none) in `book`, where `reservation` and
+        `on_request` find it as if made here. Returns (to end, to cancel): a shared copy here that was not claimable
+        (claimed by a turn on another replica, or replaced there), whose end the shared state decides; one made
+        here while the shared state was down, which the shared one replaces."""
+        local = book.live.get(session_id)
+        to_end = to_cancel = None
+        if local is not None and record is not None and local.id == record.id:
+            local.shared = False  # claimed out of the shared state: this replica's alone now
+            return None, None
+        if local is not None and local.shared:
+            # Not claimable: claimed by a turn on another replica, expired, or replaced there. Its end (the shared
+            # state says which) settles it, or leaves it to the replica that claimed it.
+            if record is None:
+                local.expires_at = min(local.expires_at, now)  # the next tick ends it
+            else:
+                book.withdraw(session_id)
+                to_end = local
+        elif local is not None and record is not None:
+            book.withdraw(session_id)  # made here while the shared state was down: the shared one wins
+            to_cancel = local
+        if record is not None:
+            book.add(self.local(record, now))
+        return to_end, to_cancel
+
+    async def tier(self, session_id: str, tenant_id: str, kind: str) -> Tier | None:
+        return None
+
+    def settled(self, advisory: LiveAdvisory, outcome: str, lead_s: float | None, spawn: Spawn) -> None:
+        return None
+
+    @property
+    def unflushed(self) -> bool:
+        return False
+
+    def count(self, counts: dict[str, float]) -> None:
+        return None
+
+    async def flush_counts(self) -> None:
+        return None
+
+    async def counters(self) -> dict[str, float] | None:
+        return None
+
+
+class SharedAdvisories(LocalAdvisories):
+    """Replicas: live advisories, quality samples and statistics in the shared state every replica reads."""
+
+    def __init__(self, state: SharedState, *, replica: str, unix: Callable[[], float], quality: HintQuality) -> None:
+        super().__init__(unix=unix, quality=quality)
+        self.state = state
+        self.replica = replica
+        # Statistics counted since the last tick, added to the replicas' shared counters at the next one.
+        self._counts: dict[str, float] = {}
+
+    async def put(self, advisory: LiveAdvisory, expires_at: float) -> None:
         """Share an advisory made here; marked `shared` once the shared state holds it."""
-        assert self.state is not None
         record = SharedAdvisory(
             id=advisory.id,
             session_id=advisory.session_id,
@@ -94,7 +205,7 @@ class SharedAdvisories:
     async def update(self, advisory: LiveAdvisory, **changes: object) -> bool:
         """Write changes of a shared advisory; False only when the shared state no longer holds it (claimed or
         replaced through another replica)."""
-        if self.state is None or not advisory.shared:
+        if not advisory.shared:
             return True
         try:
             return await self.state.update_advisory(advisory.session_id, advisory.id, _KEEP_S, **changes)
@@ -104,7 +215,7 @@ class SharedAdvisories:
     async def take_back(self, advisory: LiveAdvisory) -> bool:
         """Remove a superseded advisory from the shared state before settling it here; False when a turn on
         another replica claimed it first (that replica settles it)."""
-        if self.state is None or not advisory.shared:
+        if not advisory.shared:
             return True
         try:
             state, _ = await self.state.end_advisory(advisory.session_id, advisory.id, _FOREVER)
@@ -115,16 +226,14 @@ class SharedAdvisories:
     async def end(self, advisory: LiveAdvisory) -> tuple[EndState, SharedAdvisory | None]:
         """This replica's copy of a shared advisory expired: whether it ended (ended also while the shared state
         does not answer), was extended by a signal on another replica, or is gone (a turn claimed it)."""
-        assert self.state is not None
         try:
             return await self.state.end_advisory(advisory.session_id, advisory.id, self.unix())
         except SharedUnavailable:
             return "ended", None
 
-    async def extend(self, session_id: str, fire_in_s: float, ttl_s: float) -> tuple[SharedAdvisory, float] | None:
+    async def refresh_elsewhere(self, session_id: str, fire_in_s: float, ttl_s: float, now: float) -> Elsewhere | None:
         """Extend the session's live advisory that another replica owns (debounce across replicas): it and its new
         expiry, in seconds from now. None when there is none (or the shared state is down)."""
-        assert self.state is not None
         unix = self.unix()
         try:
             record = await self.state.get_advisory(session_id)
@@ -137,12 +246,11 @@ class SharedAdvisories:
                 return None
         except SharedUnavailable:
             return None
-        return record, expires_at - unix
+        return Elsewhere(self.local(record, now), round(expires_at - unix, 3))
 
-    async def stop(self, session_id: str, grace_s: float) -> tuple[SharedAdvisory, float] | None:
+    async def stop_elsewhere(self, session_id: str, grace_s: float, now: float) -> Elsewhere | None:
         """Typing stopped: end another replica's live advisory for the session after `grace_s`; it and its new
         expiry, in seconds from now. None when there is none (or the shared state is down)."""
-        assert self.state is not None
         unix = self.unix()
         try:
             record = await self.state.get_advisory(session_id)
@@ -152,30 +260,31 @@ class SharedAdvisories:
             await self.state.update_advisory(session_id, record.id, _KEEP_S, expires_at=expires_at, stopped=True)
         except SharedUnavailable:
             return None
-        return record, expires_at - unix
+        return Elsewhere(self.local(record, now), round(expires_at - unix, 3))
 
     async def begin_turn(self, session_id: str) -> SharedTurn | None:
-        """Claim the session's shared advisory for a turn here, with its KV belief; None with one process or
-        while the shared state does not answer (the book decides)."""
-        if self.state is None:
-            return None
+        """Claim the session's shared advisory for a turn here, with its KV belief; None while the shared state
+        does not answer (the book decides)."""
         try:
             return await self.state.begin_turn(session_id, self.unix())
         except SharedUnavailable:
             return None
 
     async def tier(self, session_id: str, tenant_id: str, kind: str) -> Tier | None:
-        """The adaptive rule's tier by every replica's outcomes; None when they are not shared (or not reachable)."""
-        if self.state is None:
-            return None
+        """The adaptive rule's tier by every replica's outcomes; None while they are not reachable."""
         keys = [f"{a}:{b}" for a, b in self.quality.keys(session_id, tenant_id, kind)]
         try:
             return self.quality.tier_of(await self.state.samples(keys), self.unix())
         except SharedUnavailable:
             return None
 
+    def settled(self, advisory: LiveAdvisory, outcome: str, lead_s: float | None, spawn: Spawn) -> None:
+        """An advisory was settled here: its outcome joins the shared samples, and the shared counters."""
+        if outcome in ("used", "late", "wasted"):
+            spawn(self.add_outcome(advisory, self.quality.is_wasted(advisory.kind, outcome)))
+        self.count(AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded))
+
     async def add_outcome(self, advisory: LiveAdvisory, wasted: bool) -> None:
-        assert self.state is not None
         keys = [f"{a}:{b}" for a, b in self.quality.keys(advisory.session_id, advisory.tenant_id, advisory.kind)]
         with contextlib.suppress(SharedUnavailable):
             await self.state.add_sample(
@@ -187,22 +296,18 @@ class SharedAdvisories:
         return bool(self._counts)
 
     def count(self, counts: dict[str, float]) -> None:
-        if self.state is None:
-            return
         for name, by in counts.items():
             self._counts[name] = self._counts.get(name, 0) + by
 
     async def flush_counts(self) -> None:
         counts, self._counts = self._counts, {}
-        if self.state is None or not counts:
+        if not counts:
             return
         with contextlib.suppress(SharedUnavailable):  # statistics: a batch lost to an outage is not retried
             await self.state.incr("advisories", counts)
 
     async def counters(self) -> dict[str, float] | None:
-        """Every replica's statistics counters; None with one process or while the shared state does not answer."""
-        if self.state is None:
-            return None
+        """Every replica's statistics counters; None while the shared state does not answer."""
         try:
             counters = await self.state.counters("advisories")
         except SharedUnavailable:

@@ -1,47 +1,49 @@
 """The advisor: turns signals into advisory prefetches, and settles each advisory's outcome in the store.
 
-On a signal it picks the worker the router would pick now, leaves a reservation, and asks that worker to
-prefetch the session's context (`store.session_context` plus the tools of the last turn, with the session's
-priority and a ttl). The bookkeeping is `AdvisorBook` (pure); this class adds the I/O, all of it in background
-tasks: nothing the chat path calls here awaits anything, and no advisor failure reaches a user's turn (store
-and worker errors are logged and the advisory is marked failed, which drops its reservation).
+On a signal it reads what it knows (the session's live advisory, whether a prefetch could land), asks the pure
+decision (`decide.decide`) what to do, gathers the answers the decision asks for (the router's choice, the shared
+state's advisory, the adaptive rule's tier, the home worker) and hands the actions to its executor
+(`executor.Executor`), which does the I/O, all of it in background tasks but the signal's own store write: nothing
+the chat path calls here awaits anything, and no advisor failure reaches a user's turn.
 
-With replicas (`gateway.shared`, distributed) each live advisory is also in the shared state. The replica that
-made it (its owner) runs its prefetch and writes there when it fired, finished or failed; before each turn the
-serving replica claims the session's advisory from there (`prepare_turn`: one atomic claim, so one turn on one
-replica gets it) and settles it after the turn, as if it had made it. A signal on a replica that does not hold
-the session's live advisory refreshes or stops the shared one; when the owner's copy expires it asks the shared
-state whether it ended, was extended, or was claimed (then the claimer settled it). Hint quality outcomes go to
-shared lists as well, so the adaptive rule judges a session, tenant or kind by every replica's outcomes. A shared
-state that does not answer leaves each replica with its own book, as with one replica.
+With replicas (`gateway.shared`, distributed) each live advisory is also in the shared state (`replicas.py`,
+chosen once when the advisor is built: `advisories_for`). The replica that made it (its owner) runs its prefetch
+and writes there when it fired, finished or failed; before each turn the serving replica claims the session's
+advisory from there (`prepare_turn`: one atomic claim, so one turn on one replica gets it) and settles it after
+the turn, as if it had made it. A signal on a replica that does not hold the session's live advisory refreshes or
+stops the shared one; when the owner's copy expires it asks the shared state whether it ended, was extended, or
+was claimed (then the claimer settled it). Hint quality outcomes go to shared lists as well, so the adaptive rule
+judges a session, tenant or kind by every replica's outcomes. A shared state that does not answer leaves each
+replica with its own book, as with one replica.
 
-Three parts live apart, owned by the advisor: the calls to the shared state (`replicas.SharedAdvisories`), the
-tool-call KV lifecycle's learnt state and its retain (`tool_lifecycle.ToolLifecycle`), and each advisory's
-prefetch, from the store to the worker (`prefetch.Prefetcher`).
+The parts it owns: the book (`core.AdvisorBook`, pure), the executor, the replicas' shared advisories, the tool-call
+KV lifecycle's learnt state and its retain (`tool_lifecycle.ToolLifecycle`), and each advisory's prefetch, from the
+store to the worker (`prefetch.Prefetcher`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from sessiongate import sessions
-from sessiongate.gateway.errors import UpstreamError, WorkerRejected
 from sessiongate.gateway.extension import ExtensionClient
 from sessiongate.gateway.router import Router
-from sessiongate.gateway.routing import Reservation, WorkerView
+from sessiongate.gateway.routing import Reservation
 from sessiongate.gateway.shared import SharedState
 from sessiongate.gateway.tracing import NO_TRACING, Tracing
 
-from .core import AdvisorBook, Claim, LiveAdvisory, settle
+from .core import AdvisorBook, Claim, settle
+from .decide import Decision, Known, Need, Signal, decide, timing
+from .executor import Executor
 from .prefetch import Prefetcher
 from .quality import HintQuality, Tier
-from .replicas import SharedAdvisories
+from .replicas import advisories_for
 from .stats import AdvisoryStats
 from .tool_lifecycle import ToolLifecycle
 from .toolkv import ResultGaps, ToolDurations, ToolKVDecision, ToolKVPolicy
@@ -49,10 +51,6 @@ from .toolkv import ResultGaps, ToolDurations, ToolKVDecision, ToolKVPolicy
 __all__ = ["Advisor"]
 
 log = structlog.get_logger(__name__)
-
-
-# How long a stopping advisor waits for the outcomes it is writing to the store.
-RECORDS_DRAIN_S = 5.0
 
 
 def _utcnow() -> datetime:
@@ -96,18 +94,12 @@ class Advisor:
         self.tool_result_trigger = tool_result_trigger
         self.clock = clock
         self.wall = wall
+        self.unix = unix
         self._claims: dict[str, Claim] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._records: set[asyncio.Task[None]] = set()
-        # "Missed" records wait here and are written together, at most `missed_flush_s` after the first.
-        self.missed_flush_s = missed_flush_s
-        self._missed: list[sessions.MissedTurn] = []
         # One signal at a time per session (see `signal`): the lock, and how many signals hold or await it.
         self._signal_locks: dict[str, tuple[asyncio.Lock, int]] = {}
-        # The replicas' shared state (None with one process: `shared` is what the chat path checks), and Unix time.
-        self.replicas = SharedAdvisories(shared, replica=replica, unix=unix, quality=self.quality)
-        self.shared = self.replicas.state
-        self.unix = unix
+        # The replicas' shared advisories: no-ops with one process (asked once, here).
+        self.replicas = advisories_for(shared, replica=replica, unix=unix, quality=self.quality)
         self.prefetcher = Prefetcher(
             store=store,
             extension=extension,
@@ -120,6 +112,19 @@ class Advisor:
             clock=lambda: self.clock(),  # read through the advisor: tests swap its clock
             unix=unix,
             tracing=tracing,
+        )
+        self.act = Executor(
+            store=store,
+            router=router,
+            book=self.book,
+            quality=self.quality,
+            stats=self.stats,
+            replicas=self.replicas,
+            tools=self.tools,
+            prefetcher=self.prefetcher,
+            clock=lambda: self.clock(),
+            wall=lambda: self.wall(),
+            missed_flush_s=missed_flush_s,
         )
 
     # The lifecycle's learnt state, as the advisor's attributes (where tests seed it).
@@ -136,26 +141,18 @@ class Advisor:
     def result_gaps(self, gaps: ResultGaps) -> None:
         self.tools.result_gaps = gaps
 
+    @property
+    def missed_flush_s(self) -> float:
+        return self.act.missed_flush_s
+
+    @missed_flush_s.setter
+    def missed_flush_s(self, seconds: float) -> None:
+        self.act.missed_flush_s = seconds
+
     # background work
 
-    def _spawn(self, work: Coroutine[Any, Any, None], *, record: bool = False) -> None:
-        """Run `work` in the background; a `record` (an outcome written to the store) is let finish at shutdown."""
-        task = asyncio.get_running_loop().create_task(work)
-        tasks = self._records if record else self._tasks
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
     async def aclose(self) -> None:
-        # The outcomes being written go in first (a settled advisory would otherwise stay pending in the store
-        # for good), for at most RECORDS_DRAIN_S; prefetches and timers are only stopped.
-        if self._records:
-            await asyncio.wait(list(self._records), timeout=RECORDS_DRAIN_S)
-        await self.flush_missed()
-        await self.replicas.flush_counts()
-        tasks = [*self._tasks, *self._records]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.act.drain()
 
     async def run(self, interval_s: float = 0.05) -> None:
         """Fire scheduled advisories and settle expired ones, forever; cancelled at shutdown."""
@@ -165,43 +162,22 @@ class Advisor:
 
     def tick(self) -> None:
         if self.replicas.unflushed:
-            self._spawn(self.replicas.flush_counts())
+            self.act.spawn(self.replicas.flush_counts())
         now = self.clock()
         for advisory in self.book.lapse(now):
             # A keep_then_offload's retain lapsed: the KV is unprotected; its prefetch waits for the long kind.
             self.stats.tool_kv_event("retain_lapsed")
             if advisory.shared:
-                self._spawn(self._lapse_shared(advisory))
+                self.act.spawn(self.act.lapse_shared(advisory))
         for advisory in self.book.due(now):
             if advisory.fire_at > advisory.created_at:
-                self._retarget(advisory)  # scheduled for later: the router's choice may have changed since
-            self._spawn(self._fire(advisory))
+                self.act.retarget(advisory)  # scheduled for later: the router's choice may have changed since
+            self.act.spawn(self.act.fire(advisory))
         for advisory in self.book.expire(now):
             if advisory.shared:
-                self._spawn(self._end_shared(advisory))
+                self.act.spawn(self.act.end_shared(advisory))
             else:
-                self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
-
-    async def _lapse_shared(self, advisory: LiveAdvisory) -> None:
-        await self.replicas.update(advisory, fired=False, ready_at=None, failed=False)
-
-    def _home_worker(self, session_id: str) -> WorkerView | None:
-        """The routable worker that served the session last (where its KV is), if any."""
-        home = self.router.belief.residency(session_id, self.router.clock()).last_worker
-        return next((w for w in self.router.candidates() if w.id == home), None)
-
-    def _retarget(self, advisory: LiveAdvisory) -> None:
-        """Point a not yet fired advisory at the worker the router would pick now."""
-        worker = self.router.choose(advisory.session_id, advisory.tenant_id)
-        if worker is not None and worker.id != advisory.worker_id:
-            log.info("advisory_retargeted", advisory_id=advisory.id, worker=advisory.worker_id, now_worker=worker.id)
-            advisory.worker_id, advisory.worker_url = worker.id, worker.url
-
-    def _withdrawn(self, advisory: LiveAdvisory, outcome: str) -> None:
-        """An advisory left the book with no request: settle it, and stop its prefetch if still running."""
-        self._settle(advisory, outcome, turn_id=None)
-        if advisory.prefetch_id and advisory.worker_url and advisory.ready_at is None:
-            self._spawn(self.prefetcher.cancel(advisory))
+                self.act.withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
 
     # signals
 
@@ -231,7 +207,7 @@ class Advisor:
         self._signal_locks[session_id] = (lock, users + 1)
         try:
             async with lock:
-                return await self._signal(session_id, tenant_id, kind, expected_in_s, decision)
+                return await self._signal(Signal(session_id, tenant_id, kind, expected_in_s, decision))
         finally:
             lock, users = self._signal_locks[session_id]
             if users == 1:
@@ -239,155 +215,53 @@ class Advisor:
             else:
                 self._signal_locks[session_id] = (lock, users - 1)
 
-    async def _signal(
-        self,
-        session_id: str,
-        tenant_id: str,
-        kind: str,
-        expected_in_s: float | None,
-        decision: ToolKVDecision | None = None,
-    ) -> dict[str, Any]:
-        self.stats.signal(kind)
-        self.replicas.count({f"{kind}:signals": 1})
+    async def _signal(self, signal: Signal) -> dict[str, Any]:
         now = self.clock()
-        if decision is not None:
-            expected_in_s = decision.predicted_s
-            # keep_then_offload: the retain now, its prefetch when the retain lapses (`AdvisorBook.lapse`).
-            fire_in_s = 0.0 if decision.action == "keep_then_offload" else decision.fire_in_s
-        else:
-            fire_in_s = max((expected_in_s or 0.0) - self.lead_s, 0.0)
-        worker: WorkerView | None = None
-        live = self.book.get(session_id, now)
-        if live is not None and decision is not None:
-            # The turn that just ended claimed its own advisory: a live one now is a stale hint's, and the tool
-            # call's decision (what holds the KV, when it comes back) supersedes it.
-            self.book.withdraw(session_id)
-            self._withdrawn(live, "cancelled")
-            live = None
-        # A tool result of a tenant whose next turns follow their results too closely for a prefetch to land (the
-        # SDK's flow: post the result, send the turn) starts no prefetch: it would only compete with that turn.
-        lands = kind != "tool_result" or self.tools.early_fire_lands(
-            tenant_id, self.router.belief.context_tokens(session_id)
+        lands = signal.kind != "tool_result" or self.tools.early_fire_lands(
+            signal.tenant_id, self.router.belief.context_tokens(signal.session_id)
         )
-        if live is not None and not live.fired:
-            # A scheduled advisory (a long tool's prefetch) meets a new signal: a tool result before the predicted
-            # return fires it now, at the worker the router picks now (unless it cannot land).
-            if not lands and now + fire_in_s < live.fire_at:
-                return await self._skip_early(live, now)
-            self.book.refresh(session_id, now, fire_in_s=fire_in_s)
-            if live.fire_at > now:
-                return self._answer(live, "refreshed", now)
-            self._retarget(live)
-            for due in self.book.due(now):
-                self._spawn(self._fire(due))
-            log.info("advisory_fired_early", advisory_id=live.id, kind=live.kind, signal=kind)
-            self.stats.tool_kv_event("early")
-            return self._answer(live, "fired", now)
-        if live is not None:
-            if kind == "tool_result":
-                self.tools.returned_in_retain(live)
-            # Where would the request go now? The live advisory's worker is offered as a reservation, so a policy
-            # that honours reservations keeps it while it is still a good choice (no thrashing between equals).
-            keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
-            worker = self.router.choose(session_id, tenant_id, reservation=keep)
-            if worker is None or worker.id == live.worker_id or not lands:
-                self.book.refresh(session_id, now, fire_in_s=fire_in_s)
-                await self.replicas.update(live, expires_at=self._to_unix(live.expires_at), stopped=False)
-                return self._answer(live, "refreshed", now)
-            # The load moved since the advisory was made: the request would not go to its worker any more.
-            self.book.withdraw(session_id)
-            log.info("advisory_superseded", advisory_id=live.id, worker=live.worker_id, now_worker=worker.id)
-            if await self.replicas.take_back(live):
-                self._withdrawn(live, "cancelled")
-        elif self.shared is not None:
-            refreshed = await self._refresh_elsewhere(session_id, fire_in_s)
-            if refreshed is not None:
-                return refreshed
-        if not lands:
-            self.tools.skipped_early(session_id)
-            log.info("advisory_skipped", reason="cannot_land", kind=kind)
-            return {"object": "advisory", "state": "skipped", "reason": "cannot_land"}
-        tier = await self._tier(session_id, tenant_id, kind, now)
-        if tier == "none":
-            self.stats.skipped(kind)
-            self.replicas.count({f"{kind}:skipped": 1})
-            log.info("advisory_skipped", reason="hints_mostly_wasted", kind=kind)
-            return {"object": "advisory", "state": "skipped", "reason": "hints_mostly_wasted"}
-        if decision is not None and decision.action != "offload":
-            worker = worker or self._home_worker(session_id)  # a short tool: the KV stays where it is
-        worker = worker or self.router.choose(session_id, tenant_id)
-        if worker is None:
-            return {"object": "advisory", "state": "skipped", "reason": "no_routable_worker"}
-        ttl_s = self.book.ttl_s + (expected_in_s or 0.0)
-        wall = self.wall()
-        detail: dict[str, Any] = {
-            "target": tier,
-            "expected_in_ms": None if expected_in_s is None else round(expected_in_s * 1000),
-        }
-        if decision is not None:
-            detail["tool_kv"] = decision.detail()
-        record = await self.store.create_advisory(
-            session_id,
-            tenant_id=tenant_id,
-            kind=kind,
-            target_worker=worker.id,
-            created_at=wall,
-            expires_at=wall + timedelta(seconds=ttl_s),
-            detail=detail,
+        known = Known(
+            now=now, lead_s=self.lead_s, ttl_s=self.book.ttl_s, live=self.book.get(signal.session_id, now), lands=lands
         )
-        advisory = LiveAdvisory(
-            id=record.id,
-            session_id=session_id,
-            tenant_id=tenant_id,
-            kind=kind,
-            worker_id=worker.id,
-            worker_url=worker.url,
-            target=tier,
-            created_at=now,
-            fire_at=now + fire_in_s,
-            expires_at=now + ttl_s,
-        )
-        if decision is not None:
-            self.tools.apply(decision, advisory, now)
-        self.book.add(advisory)
-        to_fire = self.book.due(now)
-        if self.shared is not None:  # shared before its prefetch starts, so its updates find it
-            await self.replicas.put(advisory, self._to_unix(advisory.expires_at))
-        for each in to_fire:
-            self._spawn(self._fire(each))
-        log.info("advisory_created", advisory_id=record.id, kind=kind, worker=worker.id, target=tier)
-        return self._answer(advisory, "fired" if advisory.fired else "scheduled", now)
+        while not isinstance(step := decide(signal, known), Decision):
+            known = known.answered(step, await self._ask(step, signal, known))
+        created = await self.act.perform(step.actions, now)
+        return self.act.reply(step.reply, created, now)
 
-    async def _skip_early(self, advisory: LiveAdvisory, now: float) -> dict[str, Any]:
-        """Drop a scheduled prefetch that a tool result would fire too late to land, as a fire replaces it: the
-        advisory is withdrawn (settled cancelled, so no reservation) and the turn's routing counts its own load."""
-        self.book.withdraw(advisory.session_id)
-        log.info("advisory_early_skipped", advisory_id=advisory.id, kind=advisory.kind, reason="cannot_land")
-        self.tools.skipped_early(advisory.session_id)
-        if await self.replicas.take_back(advisory):
-            self._withdrawn(advisory, "cancelled")
-        return self._answer(advisory, "skipped", now) | {"reason": "cannot_land", "expires_in_s": 0.0}
+    async def _ask(self, need: Need, signal: Signal, known: Known) -> object:
+        """The answer the decision needs next (see decide.py)."""
+        session_id, tenant_id = signal.session_id, signal.tenant_id
+        if need == "choice_keeping":
+            live = known.live
+            assert live is not None
+            keep = None if live.failed else Reservation(worker_id=live.worker_id, expires_at=live.expires_at)
+            return self.router.choose(session_id, tenant_id, reservation=keep)
+        if need == "elsewhere":
+            _, fire_in_s = timing(signal, self.lead_s)
+            return await self.replicas.refresh_elsewhere(session_id, fire_in_s, self.book.ttl_s, self.clock())
+        if need == "tier":
+            return await self._tier(session_id, tenant_id, signal.kind, known.now)
+        if need == "home":
+            return self.act.home_worker(session_id)
+        return self.router.choose(session_id, tenant_id)
+
+    async def _tier(self, session_id: str, tenant_id: str, kind: str, now: float) -> Tier:
+        """The adaptive rule's tier, by every replica's outcomes when they are shared (else this one's)."""
+        tier = await self.replicas.tier(session_id, tenant_id, kind)
+        return self.quality.tier(session_id, tenant_id, kind, now) if tier is None else tier
 
     async def stopped(self, session_id: str) -> dict[str, Any]:
         now = self.clock()
         advisory = self.book.stop(session_id, now)
-        if advisory is None and self.shared is not None:
-            return await self._stop_elsewhere(session_id)
         if advisory is None:
-            return {"object": "advisory", "state": "none"}
-        await self.replicas.update(advisory, expires_at=self._to_unix(advisory.expires_at), stopped=True)
-        return self._answer(advisory, "stopping", now)
-
-    def _answer(self, advisory: LiveAdvisory, state: str, now: float) -> dict[str, Any]:
-        return {
-            "object": "advisory",
-            "id": advisory.id,
-            "state": state,
-            "kind": advisory.kind,
-            "worker": advisory.worker_id,
-            "target": advisory.target,
-            "expires_in_s": round(max(advisory.expires_at - now, 0.0), 3),
-        }
+            found = await self.replicas.stop_elsewhere(session_id, self.book.stop_grace_s, self.clock())
+            if found is None:
+                return {"object": "advisory", "state": "none"}
+            return self.act.answer(found.advisory, "stopping", self.clock()) | {"expires_in_s": found.expires_in_s}
+        await self.replicas.update(
+            advisory, expires_at=self.replicas.to_unix(advisory.expires_at, self.clock()), stopped=True
+        )
+        return self.act.answer(advisory, "stopping", now)
 
     # the chat path (synchronous: never delays a turn; with replicas, one shared round trip before routing)
 
@@ -398,24 +272,11 @@ class Advisor:
         if turn is None:
             return
         self.router.load_kv(session_id, turn.kv)
-        local, record = self.book.live.get(session_id), turn.advisory
-        if local is not None and record is not None and local.id == record.id:
-            local.shared = False  # claimed out of the shared state: this replica's alone now
-            return
-        if local is not None and local.shared:
-            # Not claimable: claimed by a turn on another replica, expired, or replaced there. Its end (the shared
-            # state says which) settles it, or leaves it to the replica that claimed it.
-            if record is None:
-                local.expires_at = min(local.expires_at, self.clock())  # the next tick ends it
-            else:
-                self.book.withdraw(session_id)
-                self._spawn(self._end_shared(local))
-        elif local is not None and record is not None:
-            self.book.withdraw(session_id)  # made here while the shared state was down: the shared one wins
-            self._withdrawn(local, "cancelled")
-        if record is None:
-            return
-        self.book.add(self.replicas.local(record, self.clock()))
+        to_end, to_cancel = self.replicas.claim_into(self.book, session_id, turn.advisory, self.clock())
+        if to_end is not None:
+            self.act.spawn(self.act.end_shared(to_end))
+        if to_cancel is not None:
+            self.act.withdrawn(to_cancel, "cancelled")
 
     def on_request(self, session_id: str, tenant_id: str, turn_id: str, turn_seq: int, worker_id: str) -> Claim | None:
         """A turn was routed: it claims the session's live advisory (returned: the turn's trace links to its
@@ -428,11 +289,7 @@ class Advisor:
             self.stats.claimed += 1
             self.replicas.count({"claimed": 1})
         elif turn_seq > 1 and not foreseen:  # a dropped early prefetch's turn was foreseen (settled cancelled)
-            self.stats.missed += 1
-            self.replicas.count({"missed": 1})
-            self._missed.append(sessions.MissedTurn(session_id, tenant_id, turn_id, self.wall()))
-            if len(self._missed) == 1:
-                self._spawn(self._flush_missed_later())
+            self.act.missed(session_id, tenant_id, turn_id)
         return claim
 
     def on_turn_end(
@@ -446,10 +303,10 @@ class Advisor:
     ) -> None:
         claim = self._claims.pop(turn_id, None)
         if claim is not None:
-            self._settle(claim.advisory, settle(claim, cache_details), turn_id=turn_id, lead_s=claim.lead_s)
+            self.act.settle(claim.advisory, settle(claim, cache_details), turn_id=turn_id, lead_s=claim.lead_s)
         if tool_names and self.tool_kv_enabled:
             decision = self.plan_tool_kv(session_id, tenant_id, tool_names)
-            self._spawn(self._signal_quietly(session_id, tenant_id, "tool_call", None, decision=decision))
+            self.act.spawn(self._signal_quietly(session_id, tenant_id, "tool_call", decision=decision))
 
     def plan_tool_kv(self, session_id: str, tenant_id: str, tool_names: Sequence[str]) -> ToolKVDecision:
         """Keep the session's KV on the device through its tools, or let it go and prefetch it back (toolkv.py)."""
@@ -466,111 +323,14 @@ class Advisor:
         self.tools.result_posted(call.session_id, tenant_id, self.clock())
         return await self.signal(call.session_id, tenant_id, "tool_result")
 
-    # I/O, in background tasks
-
-    async def _signal_quietly(
-        self,
-        session_id: str,
-        tenant_id: str,
-        kind: str,
-        expected_in_s: float | None,
-        *,
-        decision: ToolKVDecision | None = None,
-    ) -> None:
+    async def _signal_quietly(self, session_id: str, tenant_id: str, kind: str, *, decision: ToolKVDecision) -> None:
         try:
-            await self.signal(session_id, tenant_id, kind, expected_in_s=expected_in_s, decision=decision)
+            await self.signal(session_id, tenant_id, kind, decision=decision)
         except sessions.StoreError as exc:
             log.warning("advisory_not_created", kind=kind, error=str(exc))
 
-    async def _fire(self, advisory: LiveAdvisory) -> None:
-        if not await self.replicas.update(advisory, fired=True):
-            return  # a turn on another replica claimed it before it was due: nothing left to prefetch for
-        try:
-            await self.prefetcher.run(advisory, live=lambda: self.book.live.get(advisory.session_id) is advisory)
-        except (UpstreamError, sessions.StoreError) as exc:
-            advisory.failed = True
-            await self.replicas.update(advisory, failed=True)
-            unsupported = isinstance(exc, WorkerRejected) and exc.status_code == 404
-            log.info("prefetch_failed", advisory_id=advisory.id, worker=advisory.worker_id, unsupported=unsupported)
-
-    def _settle(
-        self, advisory: LiveAdvisory, outcome: str, *, turn_id: str | None, lead_s: float | None = None
-    ) -> None:
-        self.quality.record(advisory.session_id, advisory.tenant_id, advisory.kind, outcome, self.clock())
-        if self.shared is not None and outcome in ("used", "late", "wasted"):
-            self._spawn(self.replicas.add_outcome(advisory, self.quality.is_wasted(advisory.kind, outcome)))
-        self.stats.settled(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
-        self.replicas.count(
-            AdvisoryStats.deltas(advisory.kind, outcome, lead_s=lead_s, bytes_loaded=advisory.bytes_loaded)
-        )
-        log.info("advisory_settled", advisory_id=advisory.id, kind=advisory.kind, outcome=outcome)
-        self._spawn(self._resolve(advisory.id, outcome, turn_id), record=True)
-
-    async def _resolve(self, advisory_id: str, outcome: str, turn_id: str | None) -> None:
-        try:
-            await self.store.resolve_advisory(advisory_id, outcome=outcome, resolved_at=self.wall(), turn_id=turn_id)
-        except sessions.StoreError as exc:
-            log.warning("advisory_not_resolved", advisory_id=advisory_id, error=str(exc))
-
-    async def _flush_missed_later(self) -> None:
-        await asyncio.sleep(self.missed_flush_s)
-        await self.flush_missed()
-
     async def flush_missed(self) -> None:
-        """Write the waiting "missed" records in one store write (a turn's own writes come first; these are
-        statistics, so a batch lost to a store outage is logged, not retried)."""
-        batch, self._missed = self._missed, []
-        if not batch:
-            return
-        try:
-            await self.store.record_missed_turns(batch)
-        except sessions.StoreError as exc:
-            log.warning("advisory_not_recorded", outcome="missed", turns=len(batch), error=str(exc))
-
-    # replicas: the shared copy of the book (every method here is a no-op or unused with one process)
-
-    def _to_unix(self, monotonic: float) -> float:
-        return monotonic - self.clock() + self.unix()
-
-    async def _refresh_elsewhere(self, session_id: str, fire_in_s: float) -> dict[str, Any] | None:
-        """A signal for a session whose live advisory another replica owns: extend that one (debounce across
-        replicas) instead of starting a second prefetch. None when there is none (or the shared state is down)."""
-        found = await self.replicas.extend(session_id, fire_in_s, self.book.ttl_s)
-        if found is None:
-            return None
-        record, expires_in_s = found
-        return self._answer(self.replicas.local(record, self.clock()), "refreshed", self.clock()) | {
-            "expires_in_s": round(expires_in_s, 3)
-        }
-
-    async def _stop_elsewhere(self, session_id: str) -> dict[str, Any]:
-        found = await self.replicas.stop(session_id, self.book.stop_grace_s)
-        if found is None:
-            return {"object": "advisory", "state": "none"}
-        record, expires_in_s = found
-        return self._answer(self.replicas.local(record, self.clock()), "stopping", self.clock()) | {
-            "expires_in_s": round(expires_in_s, 3)
-        }
-
-    async def _end_shared(self, advisory: LiveAdvisory) -> None:
-        """This replica's copy of a shared advisory expired: settle it unless a turn claimed it (anywhere) or a
-        signal on another replica extended it."""
-        state, record = await self.replicas.end(advisory)
-        if state == "gone":
-            log.info("advisory_claimed_elsewhere", advisory_id=advisory.id)
-            return
-        if record is not None:
-            advisory.stopped = record.stopped
-        if state == "extended" and record is not None and self.book.live.get(advisory.session_id) is None:
-            advisory.expires_at = record.expires_at - self.unix() + self.clock()
-            self.book.add(advisory)
-            return
-        self._withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
-
-    async def _tier(self, session_id: str, tenant_id: str, kind: str, now: float) -> Tier:
-        """The adaptive rule's tier, by every replica's outcomes when they are shared (else this one's)."""
-        tier = await self.replicas.tier(session_id, tenant_id, kind)
-        return self.quality.tier(session_id, tenant_id, kind, now) if tier is None else tier
+        await self.act.flush_missed()
 
     async def report(self) -> dict[str, Any]:
         """The advisory statistics: every replica's together when they share state (else, or while the shared

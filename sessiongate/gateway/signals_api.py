@@ -1,4 +1,5 @@
-"""The signal endpoints: typing (client and signed webhook), tool results, explicit hints.
+"""The signal endpoints: typing (client and signed webhook), tool results, explicit hints; each hands its signal to
+the advisor (`gateway.advisor`), which imports nothing of the HTTP layer.
 
 Each answers 202 with what the advisor did (`fired`, `scheduled`, `refreshed`, `stopping`, `skipped`, `none`);
 a signal is a hint, so its answer never waits for a prefetch.
@@ -20,12 +21,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from sessiongate.gateway.auth import DEFAULT_TENANT, authenticate
-from sessiongate.gateway.errors import AuthenticationFailed, NotFound
-from sessiongate.gateway.schemas import parse_json, validate, validate_session_id
-from sessiongate.gateway.state import gateway_state
-
-from .webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookRejected
+from .advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookRejected
+from .auth import DEFAULT_TENANT, authenticate
+from .errors import AuthenticationFailed, NotFound
+from .schemas import parse_json, validate, validate_session_id
+from .state import gateway_state
 
 __all__ = ["signal_routes"]
 
