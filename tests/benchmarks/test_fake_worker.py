@@ -33,8 +33,9 @@ async def test_a_salted_prompt_only_hits_its_own_salt() -> None:
         assert await _cached(client, "tenant-a") == 0
         assert await _cached(client, "tenant-b") == 0  # same prompt, other salt: a miss
         assert await _cached(client, None) == 0  # unsalted does not match salted either
-        assert await _cached(client, "tenant-a") == 7
-        assert await _cached(client, None) == 7
+        # A hit reuses all but the prompt's last token, as in SGLang.
+        assert await _cached(client, "tenant-a") == 6
+        assert await _cached(client, None) == 6
 
 
 async def test_session_kv_operations_are_keyed_by_salt() -> None:
@@ -49,4 +50,4 @@ async def test_session_kv_operations_are_keyed_by_salt() -> None:
         drop = await client.post(f"{SESSIONS_PATH}/s/drop", json={"messages": MESSAGES, "cache_salt": "tenant-a"})
         assert drop.json()["device_tokens"] == 7
         assert await _cached(client, "tenant-a") == 0  # dropped
-        assert await _cached(client, "tenant-b") == 7  # another tenant's identical prompt stays
+        assert await _cached(client, "tenant-b") == 6  # another tenant's identical prompt stays
