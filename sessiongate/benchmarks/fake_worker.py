@@ -6,7 +6,12 @@ as configured), usage and the cache report follow SGLang's wire format (`usage.p
 usage chunk in streams), and a prefix cache over whitespace tokens makes `cached_tokens` behave like a radix
 cache: a prompt that extends an earlier one reports the shared part as cached. As in SGLang, the request's
 `cache_salt` is part of every key: a salted prompt only matches prompts sent with the same salt (and an unsalted
-one only unsalted ones). Faults are switched on through
+one only unsalted ones). The cache follows a real worker's tiers (held to it by
+`tests/sglang_ext/test_worker_contract_engine.py`): a worker's device holds `device_kv_tokens_total` tokens and
+evicts the least recently used prompts to its host tier (HiCache write-through; the host evicts in turn), every
+prompt is written through to `pool` (shared only by workers given the same list, and only with a
+`storage_backend`), and a prefix found in the pool beyond what device and host hold is a storage hit only from
+`prefetch_threshold` tokens on (SGLang's HiCache threshold, 256 by default). Faults are switched on through
 `FakeWorkerBehaviour`. Run standalone with `python -m sessiongate.benchmarks.fake_worker --port 31001`.
 
 It also speaks the sessiongate extension (`sglang_ext.protocol`, unless `extension=False`: then 404): the load
@@ -61,11 +66,22 @@ class FakeWorkerBehaviour:
     hang: bool = False
     healthy: bool = True
     requests: list[dict[str, Any]] = field(default_factory=list)
-    # Prompts this worker has seen (its device cache), and prompts any worker sharing `pool` has seen. Each
-    # entry is a cache key: the request's cache salt ("" for none) followed by the prompt's tokens.
+    # Prompts this worker holds on its device and in its host memory (least recently used first), and prompts any
+    # worker sharing `pool` has written to it. Each entry is a cache key: the request's cache salt ("" for none)
+    # followed by the prompt's tokens.
     device: list[tuple[str, ...]] = field(default_factory=list)
     pool: list[tuple[str, ...]] = field(default_factory=list)
     host: list[tuple[str, ...]] = field(default_factory=list)
+    # The host tier's size in tokens (SGLang's `--hicache-ratio` 2 by default): what the device evicts lands here.
+    host_kv_tokens_total: int = 2_000_000
+    # HiCache's L3 backend, which the load report names; None: no pool, nothing written to it or read from it.
+    storage_backend: str | None = "file"
+    # SGLang's `prefetch_threshold` (the storage backend's extra config, `WorkerConfig.prefetch_threshold`): the part
+    # of a prompt found in the pool beyond device and host is loaded only from this many tokens on (page-aligned).
+    prefetch_threshold: int = 256
+    # How long a prompt's pages take to reach the pool after its request (write-through runs in the background).
+    pool_write_delay_s: float = 0.0
+    _pool_writes: list[tuple[float, tuple[str, ...]]] = field(default_factory=list, init=False, repr=False)
     # The sessiongate extension: off answers 404 on its endpoints, like a worker started without it.
     extension: bool = True
     running: int = 0
@@ -77,8 +93,9 @@ class FakeWorkerBehaviour:
     prefetches: dict[str, dict[str, Any]] = field(default_factory=dict)
     # What the load report says was evicted for prefetches, by rank (the fake's prefetches never evict).
     prefetch_evicted_tokens: dict[str, int] = field(default_factory=dict)
-    # The device KV pool the load report states, and the tokens its running sequences hold (the real worker's
-    # "used": SGLang counts cached pages no request holds as free; the fake's requests end at once, so 0).
+    # The device KV pool (the cache evicts the least recently used prompts to stay within it, as the load report
+    # states), and the tokens its running sequences hold (the real worker's "used": SGLang counts cached pages no
+    # request holds as free; the fake's requests end at once, so 0).
     device_kv_tokens_total: int = 1_000_000
     device_kv_tokens_used: int = 0
     kv_ops: list[tuple[str, str]] = field(default_factory=list)
@@ -90,15 +107,70 @@ class FakeWorkerBehaviour:
     api_key: str = ""
 
     def cache_hit(self, tokens: tuple[str, ...]) -> dict[str, int]:
-        """Where the longest cached prefix of the key `tokens` (salt first) comes from, like SGLang's report."""
+        """Where the longest cached prefix of the key `tokens` (salt first) comes from, like SGLang's report; then
+        the prompt is cached: on the device (evicting to host what no longer fits), and written to the pool."""
         if not self.prefix_cache:
             return {"device": 0, "host": 0, "storage": 0}
-        on_device = self._longest(self.device, tokens)
-        in_host = max(self._longest(self.host, tokens) - on_device, 0)
-        in_pool = max(self._longest(self.pool, tokens) - on_device - in_host, 0)
-        self.device.append(tokens)
-        self.pool.append(tokens)
+        self.land_pool_writes()
+        # As SGLang: a request reuses at most all but its last token (that one's logits must be computed).
+        usable = max(len(tokens) - 2, 0)
+        on_device = self._pages(min(self._longest(self.device, tokens), usable))
+        in_host = self._pages(max(min(self._longest(self.host, tokens), usable) - on_device, 0))
+        in_pool = 0
+        if self.storage_backend is not None:
+            in_pool = self._pages(max(min(self._longest(self.pool, tokens), usable) - on_device - in_host, 0))
+            if in_pool < self.prefetch_threshold:
+                in_pool = 0  # below SGLang's threshold the pool is not even asked
+        self._remember(self.device, tokens)
+        self._fit(self.device, self.device_kv_tokens_total, spill=self.host)
+        self._fit(self.host, self.host_kv_tokens_total, spill=None)
+        if self.storage_backend is not None:
+            if self.pool_write_delay_s > 0:
+                self._pool_writes.append((time.monotonic() + self.pool_write_delay_s, tokens))
+            else:
+                self.pool.append(tokens)
         return {"device": on_device, "host": in_host, "storage": in_pool}
+
+    def land_pool_writes(self, now: float | None = None) -> None:
+        """Write to the pool the prompts whose `pool_write_delay_s` has passed (by `now`)."""
+        now = time.monotonic() if now is None else now
+        landed = [tokens for due, tokens in self._pool_writes if due <= now]
+        if landed:
+            self._pool_writes[:] = [(due, tokens) for due, tokens in self._pool_writes if due > now]
+            self.pool.extend(landed)
+
+    def held_tokens(self, seen: list[tuple[str, ...]]) -> int:
+        """Tokens the keys `seen` hold together, shared prefixes once (a radix tree's size)."""
+        held = 0
+        previous: tuple[str, ...] = ()
+        for key in sorted(seen):
+            shared = 0
+            for a, b in zip(previous, key, strict=False):
+                if a != b:
+                    break
+                shared += 1
+            held += len(key) - max(shared, 1)  # the salt is no token
+            previous = key
+        return held
+
+    def _remember(self, seen: list[tuple[str, ...]], tokens: tuple[str, ...]) -> None:
+        """`tokens` becomes the most recently used key of `seen`; keys it extends are part of it now."""
+        covering = next((t for t in seen if t[: len(tokens)] == tokens), None)
+        seen[:] = [t for t in seen if tokens[: len(t)] != t and t is not covering]
+        seen.append(covering if covering is not None else tokens)
+
+    def _fit(self, seen: list[tuple[str, ...]], capacity: int, spill: list[tuple[str, ...]] | None) -> None:
+        """Evict the least recently used keys of `seen` (into `spill`) until it holds at most `capacity` tokens;
+        the newest key stays (a running request's pages cannot be evicted)."""
+        if sum(len(t) - 1 for t in seen) <= capacity:
+            return  # cheap bound first: holding less than its keys' sum, it fits
+        while len(seen) > 1 and self.held_tokens(seen) > capacity:
+            evicted = seen.pop(0)
+            if spill is not None:
+                self._remember(spill, evicted)
+
+    def _pages(self, n: int) -> int:
+        return n - n % self.page_size
 
     def _longest(self, seen: list[tuple[str, ...]], tokens: tuple[str, ...]) -> int:
         """Prompt tokens (the salt not counted) of the longest prefix of key `tokens` that `seen` holds."""
@@ -112,7 +184,7 @@ class FakeWorkerBehaviour:
                     break
                 n += 1
             best = max(best, n)
-        return best - best % self.page_size
+        return self._pages(best)
 
 
 def _prompt_tokens(body: dict[str, Any]) -> tuple[str, ...]:
@@ -199,6 +271,10 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
             )
         prompt = _prompt_tokens(body)
         hit = b.cache_hit(prompt)
+        if b.pool_write_delay_s > 0:  # the write-through lands in the background, as the real one's does
+            # Its own due time: a loop may run a timer a little early (within its clock's resolution).
+            due = time.monotonic() + b.pool_write_delay_s
+            asyncio.get_running_loop().call_later(b.pool_write_delay_s, b.land_pool_writes, due)
         cached = sum(hit.values())
         words = _reply_words(body)
         call = _tool_call(body)
@@ -210,7 +286,9 @@ def create_fake_worker(behaviour: FakeWorkerBehaviour | None = None) -> Starlett
             "prompt_tokens_details": {"cached_tokens": cached},
         }
         # As SGLang: no cache report at all for a prompt without hits.
-        details: dict[str, Any] | None = {**hit, "storage_backend": "file"} if cached else None
+        details: dict[str, Any] | None = None
+        if cached:
+            details = {**hit, "storage_backend": b.storage_backend} if b.storage_backend else dict(hit)
         rid = f"chatcmpl-{len(b.requests)}"
         if not body.get("stream"):
             if b.token_delay_s:
@@ -270,7 +348,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
     async def load(request: Request) -> Response:
         if not b.extension:
             return missing()
-        cached = sum(len(t) - 1 for t in b.device)
+        cached = b.held_tokens(b.device)
         report = LoadReport(
             at=time.time(),
             running_requests=b.running,
@@ -284,7 +362,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             prefill_tokens_per_s=b.prefill_tokens_per_s,
             decode_tokens_per_s=b.decode_tokens_per_s,
             page_size=b.page_size,
-            storage_backend="file",
+            storage_backend=b.storage_backend,
         )
         return Response(report.model_dump_json(), media_type="application/json")
 
@@ -292,8 +370,15 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
         entry = b.prefetches[prefetch_id]
         if entry["state"] == "queued" and time.monotonic() - entry["created"] >= b.prefetch_delay_s:
             tokens: tuple[str, ...] = entry["tokens"]
-            available = b._longest(b.pool, tokens)
-            (b.device if entry["target"] == "device" else b.host).append(tokens[: available + 1])
+            b.land_pool_writes()
+            available = b._longest(b.pool, tokens) if b.storage_backend is not None else 0
+            if available:
+                if entry["target"] == "device":
+                    b._remember(b.device, tokens[: available + 1])
+                    b._fit(b.device, b.device_kv_tokens_total, spill=b.host)
+                else:
+                    b._remember(b.host, tokens[: available + 1])
+                b._fit(b.host, b.host_kv_tokens_total, spill=None)
             entry.update(state="done", available=available, finished_at=time.time())
         available = entry.get("available", 0)
         return PrefetchStatus(
@@ -352,6 +437,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             return missing()
         body = SessionKVRequest.model_validate_json(await request.body())
         tokens = _prompt_tokens({"messages": body.messages or [], "cache_salt": body.cache_salt})
+        b.land_pool_writes()
         found = {name: b._longest(getattr(b, name), tokens) for name in ("device", "host", "pool")}
         if operation == "drop":
             # Only keys under the same salt can be this session's: another salt's identical prompt stays.

@@ -48,7 +48,11 @@ class Gateway:
 async def running_gateway(tmp_path: Path, *, real_network: bool = False, **settings: Any) -> AsyncIterator[Gateway]:
     """The gateway in front of two fake workers; `real_network` uses its real transport (for real sockets)."""
     shared_pool: list[tuple[str, ...]] = []
-    behaviours = {"worker-a": FakeWorkerBehaviour(pool=shared_pool), "worker-b": FakeWorkerBehaviour(pool=shared_pool)}
+    # The tests' prompts are a few words: the workers load any pool hit, as `WorkerConfig(prefetch_threshold=1)`
+    # would (SGLang's default threshold, 256 tokens, would hide every storage hit).
+    behaviours = {
+        name: FakeWorkerBehaviour(pool=shared_pool, prefetch_threshold=1) for name in ("worker-a", "worker-b")
+    }
     # raise_app_exceptions=False: a fake worker that dies mid-stream looks like a closed connection.
     transport = httpx.ASGITransport(
         app=HostDispatch({k: create_fake_worker(v) for k, v in behaviours.items()}), raise_app_exceptions=False

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from sessiongate.sglang_ext.hardware import cores_per_worker
@@ -331,27 +332,50 @@ def test_prefetch_body_that_is_not_json_is_refused(worker_b: httpx.Client) -> No
 
 
 def test_load_report_during_a_long_generation(worker_a: httpx.Client) -> None:
-    done = threading.Event()
-    result: list[httpx.Response] = []
+    # Deterministic on a loaded machine: the generation is streamed, so its first chunk says it decodes; reports
+    # are then polled, with no pause, until they have shown it running and decoding or it ends. It is long enough
+    # not to end first (a fixed 400 tokens once did, on CI, before any report came), and aborted once seen.
+    rid = f"load-report-{time.monotonic_ns()}"
+    decoding, done = threading.Event(), threading.Event()
+    chunks: list[dict[str, Any]] = []
+    status: list[int] = []
 
     def generate() -> None:
-        body = {"text": "tick " * 40, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+        body = {
+            "rid": rid,
+            "text": "tick " * 40,
+            "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True},
+            "stream": True,
+        }
         try:
-            result.append(worker_a.post("/generate", json=body, timeout=300.0))
+            with worker_a.stream("POST", "/generate", json=body, timeout=300.0) as response:
+                status.append(response.status_code)
+                for line in response.iter_lines():
+                    if line.startswith("data: {"):
+                        chunks.append(orjson.loads(line[len("data: ") :]))
+                        decoding.set()
         finally:
+            decoding.set()
             done.set()
 
     thread = threading.Thread(target=generate)
     thread.start()
     busy: list[LoadReport] = []
     try:
-        while not done.wait(0.2):
+        assert decoding.wait(60.0), "the generation sent nothing in 60 s"
+        deadline = time.monotonic() + 60.0
+        while len(busy) < 3 and not done.is_set() and time.monotonic() < deadline:
             report = load_report(worker_a)
             if report.running_requests >= 1 and report.decode_tokens_per_s > 0:
                 busy.append(report)
     finally:
+        aborted = worker_a.post("/abort_request", json={"rid": rid})
         thread.join()
-    assert result[0].status_code == 200
+    assert aborted.status_code == 200, aborted.text
+    assert status == [200]
+    assert chunks, "the generation streamed nothing"
+    # It was still decoding when it was stopped: every report above came while it ran.
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "abort", chunks[-1]["meta_info"]
     assert busy, "no report while the generation ran showed it running and decoding"
     assert all(report.device_kv_tokens_used > 0 for report in busy)
 
