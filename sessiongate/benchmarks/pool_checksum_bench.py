@@ -1,12 +1,16 @@
-"""What a checksum per page costs: SGLang's `file` pool backend against sessiongate's `checked-file`.
+"""What verifying every pool page costs: SGLang's `file` backend (`file-unchecked`) against sessiongate's
+verified `file` pool (the default: an xxh3-64 digest of each page's key and bytes, `internals.page_digest`).
 
-Both backends run in-process on the same kind of directory, with the calls the HiCache controller
-makes (`set` of a page on write-through, `exists` + `get` into a host page on a prefetch). For each
-page size: write `--pages` pages, then read them all back `--repeats` times (from the OS page cache,
-as on a machine whose pool directory fits in memory); the figure is the median per-page time and the
-throughput it implies. Pages are random float32 values (a CRC costs the same on any bytes).
+Both backends run in-process on the same kind of directory, with the calls the HiCache controller makes (`set`
+of a page on write-through, `exists` + `get` into a host page on a prefetch). For each page size: write `--pages`
+pages, then read them all back `--repeats` times (from the OS page cache, as on a machine whose pool directory
+fits in memory); the figures are the median per-page times, the throughput they imply, and the read-path
+overhead (verified read / unchecked read - 1). A difference of two medians is noisy on a loaded machine, so the
+digest is also timed alone over the same pages (`digest us/page`): that, over the unchecked read, is the
+overhead verification adds to a read, whatever else the machine is doing. Pages are random float32 values (the
+digest costs the same on any bytes).
 
-    python -m sessiongate.benchmarks.pool_checksum_bench                       # 128 KiB (tiny) and 1 MiB (medium) pages
+    python -m sessiongate.benchmarks.pool_checksum_bench --repeats 5          # 128 KiB (tiny) and 1 MiB (medium) pages
     python -m sessiongate.benchmarks.pool_checksum_bench --page-kib 512 --pages 256 --repeats 5
 """
 
@@ -17,20 +21,9 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-BACKENDS = ("file", "checked-file")
-
-
-def _make_store(name: str, pool: Path) -> Any:
-    from sglang.srt.mem_cache.hicache_storage import HiCacheFile
-
-    from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
-    from sessiongate.sglang_ext.internals.storage_config import single_rank_storage_config
-
-    config = single_rank_storage_config("bench", {"file_storage_path": str(pool)})
-    return (HiCacheFile if name == "file" else CheckedFileStore)(config)
+BACKENDS = ("file-unchecked", "file")
 
 
 def _per_page_us(run: Callable[[], None], pages: int) -> float:
@@ -39,14 +32,23 @@ def _per_page_us(run: Callable[[], None], pages: int) -> float:
     return (time.perf_counter() - started) / pages * 1e6
 
 
-def measure(name: str, page_bytes: int, pages: int, repeats: int) -> dict[str, float]:
+def _pages(page_bytes: int, pages: int) -> list[Any]:
     import torch
 
-    values = [torch.randn(page_bytes // 4, dtype=torch.float32) for _ in range(pages)]
+    return [torch.randn(page_bytes // 4, dtype=torch.float32) for _ in range(pages)]
+
+
+def measure(name: str, page_bytes: int, pages: int, repeats: int) -> dict[str, float]:
+    """Write then read `pages` pages of `page_bytes` with backend `name` (one of `BACKENDS`)."""
+    import torch
+
+    from sessiongate.sglang_ext.internals.storage_config import file_store
+
+    values = _pages(page_bytes, pages)
     target = torch.empty(page_bytes // 4, dtype=torch.float32)
     keys = [f"page-{i}" for i in range(pages)]
     with tempfile.TemporaryDirectory(prefix="pool-bench-") as directory:
-        store = _make_store(name, Path(directory))
+        store = file_store(directory, verified=name == "file")
 
         def write() -> None:
             for key, value in zip(keys, values, strict=True):
@@ -67,6 +69,19 @@ def measure(name: str, page_bytes: int, pages: int, repeats: int) -> dict[str, f
     }
 
 
+def digest_us(page_bytes: int, pages: int, repeats: int) -> float:
+    """The verification alone: the digest of each page's key and bytes, median per page."""
+    from sessiongate.sglang_ext.internals.page_digest import pack_trailer
+
+    views = [value.numpy().data.cast("B") for value in _pages(page_bytes, pages)]
+
+    def run() -> None:
+        for i, view in enumerate(views):
+            pack_trailer(f"page-{i}", [view])
+
+    return statistics.median(_per_page_us(run, pages) for _ in range(repeats))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--page-kib", type=int, nargs="+", default=[128, 1024])
@@ -79,16 +94,26 @@ def main(argv: list[str] | None = None) -> int:
 
     if not has_cuda():
         activate(patch_sglang=False)
-    print("| page | backend | write us/page | write GB/s | read us/page | read GB/s |")
-    print("|---|---|---|---|---|---|")
+    print("| page | backend | write us/page | write GB/s | read us/page | read GB/s | read overhead |")
+    print("|---|---|---|---|---|---|---|")
     for page_kib in args.page_kib:
+        page_bytes = page_kib * 1024
+        reads: dict[str, float] = {}
         for name in BACKENDS:
-            figures = measure(name, page_kib * 1024, args.pages, args.repeats)
+            figures = measure(name, page_bytes, args.pages, args.repeats)
+            reads[name] = figures["read_us"]
+            overhead = f"{(figures['read_us'] / reads['file-unchecked'] - 1) * 100:+.1f}%" if name == "file" else "-"
             print(
                 f"| {page_kib} KiB | {name} | {figures['write_us']:.0f} | {figures['write_gbps']:.2f} "
-                f"| {figures['read_us']:.0f} | {figures['read_gbps']:.2f} |",
+                f"| {figures['read_us']:.0f} | {figures['read_gbps']:.2f} | {overhead} |",
                 flush=True,
             )
+        alone = digest_us(page_bytes, args.pages, args.repeats)
+        print(
+            f"| {page_kib} KiB | digest alone (xxh3-64) | | | {alone:.1f} | {page_bytes / alone / 1e3:.2f} "
+            f"| {alone / reads['file-unchecked'] * 100:.1f}% of an unchecked read |",
+            flush=True,
+        )
     return 0
 
 

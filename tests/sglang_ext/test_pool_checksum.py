@@ -230,3 +230,13 @@ def test_the_launcher_loads_both_file_pools_through_sglangs_dynamic_backend(
 
 def test_the_default_pool_is_the_verified_one() -> None:
     assert WorkerConfig().storage_backend == FILE_BACKEND
+
+
+def test_the_cost_benchmark_compares_the_unchecked_and_the_verified_pool(
+    cpu_compat: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sessiongate.benchmarks import pool_checksum_bench
+
+    assert pool_checksum_bench.main(["--page-kib", "4", "--pages", "4", "--repeats", "1"]) == 0
+    rows = [line.split("|")[2].strip() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == ["file-unchecked", "file", "digest alone (xxh3-64)"]
