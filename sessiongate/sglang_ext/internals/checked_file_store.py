@@ -65,18 +65,23 @@ class CheckedFileStore(HiCacheFile):  # type: ignore[misc]
         suffixed = self._get_suffixed_key(key)
         path = self._path(suffixed)
         page = _page_bytes(target_location)
+        # One more byte than a trailer: a file longer than page + trailer is caught too.
+        trailer = bytearray(TRAILER.size + 1)
         try:
-            with open(path, "rb", buffering=0) as page_file:
-                length = page_file.readinto(page)
-                trailer = page_file.read(TRAILER.size + 1)
+            descriptor = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             if self.metadata_cache is not None:
                 self.metadata_cache.remove(suffixed)
             return None
+        try:
+            # The page straight into the host page and the trailer after it, in one system call.
+            length = os.readv(descriptor, [page, trailer])
+        finally:
+            os.close(descriptor)
         why = (
-            problem(suffixed, [page], trailer)
-            if length == page.nbytes
-            else f"{length} bytes where the page has {page.nbytes}"
+            problem(suffixed, [page], memoryview(trailer)[: TRAILER.size])
+            if length == page.nbytes + TRAILER.size
+            else f"{length} bytes where the page and its trailer have {page.nbytes + TRAILER.size}"
         )
         if why is not None:
             self._reject(suffixed, path, why)
