@@ -66,6 +66,8 @@ else
         "tokenizers==0.23.2" dill "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" "compressed-tensors==0.18.0" \
         gguf "openai==2.8.0" partial_json_parser "uvicorn>=0.51" uvloop fastapi setproctitle einops jsonschema \
         "xgrammar==0.2.7" "soundfile==0.13.1" python-multipart
+      # What the `worker` extra adds to sglang: the pool pages' digest (sglang_ext/internals/page_digest.py).
+      "${pip[@]}" "xxhash>=3.4"
     fi
   fi
   "${pip[@]}" -e "$root[$extras]"

@@ -250,10 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--pool",
-        choices=["file", "checked-file", "mooncake"],
+        choices=["file", "mooncake", "file-unchecked"],
         default="file",
-        help="the workers' shared KV pool: a directory (SGLang's `file`, the default), the same with a checksum "
-        "per page, or a Mooncake Store with its own mooncake_master on loopback",
+        help="the workers' shared KV pool, every page verified when read (a damaged page is a miss): a "
+        "directory (the default) or a Mooncake Store with its own mooncake_master on loopback; file-unchecked: "
+        "SGLang's own `file` backend, unverified (to measure what verification costs)",
     )
     up.add_argument("--demo", action="store_true", help="run the demo conversation once everything is up")
     up.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")

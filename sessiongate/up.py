@@ -4,8 +4,8 @@ Starts N SGLang workers with the sessiongate extension (SmolLM2-135M-Instruct un
 model or `--model-path` gives one; CPU engine flags where there is no GPU; on a GPU machine one GPU per worker
 where there are enough, else workers share GPUs with a split `--mem-fraction-static`, each started once the one
 before it on its GPU is ready; each worker's host KV pool is its share of the machine's host memory:
-`sglang_ext.gpu_placement`), all sharing one KV pool (`--pool`: a directory by default; with
-a checksum per page: `checked-file`; `mooncake`: a Mooncake Store, whose master `up` starts first), then the
+`sglang_ext.gpu_placement`), all sharing one KV pool (`--pool`, every page verified when read: a directory by
+default; `mooncake`: a Mooncake Store, whose master `up` starts first), then the
 gateway on SQLite in front of them; waits until everything is ready, prints where it listens, optionally runs the
 demo, and stops every process it started on Ctrl-C or SIGTERM (or when one of them dies). A worker that dies or is
 not ready in time stops the start-up at once, with the end of its log. `SESSIONGATE_WORKER_API_KEY`, when set,

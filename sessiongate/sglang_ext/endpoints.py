@@ -107,6 +107,7 @@ class Endpoints:
             decode_tokens_per_s=float(stats.get("decode_tokens_per_s", 0.0)),
             page_size=facts.page_size,
             storage_backend=facts.storage_backend,
+            pool_pages_rejected=int(stats.get("pool_pages_rejected", 0)),
         )
         return JSONResponse(report.model_dump(mode="json"))
 

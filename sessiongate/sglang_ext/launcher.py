@@ -41,7 +41,9 @@ from sessiongate.sglang_ext.worker_config import (
 from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError
 
 __all__ = [
-    "CHECKED_FILE_BACKEND",
+    "FILE_BACKEND",
+    "POOL_NAMES",
+    "UNCHECKED_FILE_BACKEND",
     "WorkerConfig",
     "WorkerProcess",
     "WorkerStartError",
@@ -56,15 +58,24 @@ __all__ = [
 # the environment would silently point a worker away from its configured pool.
 _FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-# The `file` layout with a checksum per page (sessiongate/sglang_ext/internals/checked_file_store.py), loaded
-# through SGLang's `dynamic` storage backend.
-CHECKED_FILE_BACKEND = "checked-file"
-_CHECKED_FILE_PLUGIN: dict[str, object] = {
-    "backend_name": CHECKED_FILE_BACKEND,
+# The default pool: SGLang's `file` layout with every page verified when read
+# (sessiongate/sglang_ext/internals/checked_file_store.py).
+FILE_BACKEND = "file"
+# SGLang's own `file` backend, which serves whatever bytes a page file holds: for measuring what verification
+# costs (`benchmarks.pool_checksum_bench`), not for serving.
+UNCHECKED_FILE_BACKEND = "file-unchecked"
+_FILE_PLUGIN: dict[str, object] = {
+    "backend_name": FILE_BACKEND,
     "module_path": "sessiongate.sglang_ext.internals.checked_file_store",
     "class_name": "CheckedFileStore",
 }
-# SGLang's Mooncake backend that stops asking a dead master for a while
+# Loaded through the `dynamic` backend too, so that the worker reports the pool's name as configured.
+_UNCHECKED_FILE_PLUGIN: dict[str, object] = {
+    "backend_name": UNCHECKED_FILE_BACKEND,
+    "module_path": "sglang.srt.mem_cache.hicache_storage",
+    "class_name": "HiCacheFile",
+}
+# SGLang's Mooncake backend with every object verified when read, which stops asking a dead master for a while
 # (sessiongate/sglang_ext/internals/guarded_mooncake_store.py); `interface_v1`: SGLang's zero-copy calls, as for
 # `mooncake`.
 _MOONCAKE_PLUGIN: dict[str, object] = {
@@ -73,10 +84,16 @@ _MOONCAKE_PLUGIN: dict[str, object] = {
     "class_name": "GuardedMooncakeStore",
     "interface_v1": 1,
 }
-# Our pools that SGLang loads through its `dynamic` storage backend.
-_PLUGIN_POOLS: dict[str, dict[str, object]] = {CHECKED_FILE_BACKEND: _CHECKED_FILE_PLUGIN, "mooncake": _MOONCAKE_PLUGIN}
+# The pools sessiongate names, each loaded through SGLang's `dynamic` storage backend.
+_PLUGIN_POOLS: dict[str, dict[str, object]] = {
+    FILE_BACKEND: _FILE_PLUGIN,
+    UNCHECKED_FILE_BACKEND: _UNCHECKED_FILE_PLUGIN,
+    "mooncake": _MOONCAKE_PLUGIN,
+}
+POOL_NAMES = tuple(_PLUGIN_POOLS)
+"""`WorkerConfig.storage_backend` values sessiongate knows (any other is passed to SGLang as is)."""
 # The pools that keep their pages in `WorkerConfig.pool_dir`.
-_DIRECTORY_POOLS = ("file", CHECKED_FILE_BACKEND)
+_DIRECTORY_POOLS = (FILE_BACKEND, UNCHECKED_FILE_BACKEND)
 # With priority eviction: the priority of a request that names none. Above 0, so a request sent with
 # priority 0 (a one-off) is evicted before any session's KV.
 DEFAULT_REQUEST_PRIORITY = 1

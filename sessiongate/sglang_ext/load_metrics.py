@@ -22,6 +22,10 @@ GAUGES: Mapping[str, tuple[str, str]] = {
     "decode_tokens_per_s": ("sessiongate:decode_tokens_per_s", "Tokens generated per second, recently."),
     "host_kv_tokens_used": ("sessiongate:host_kv_tokens_used", "HiCache host pool tokens in use."),
     "host_kv_tokens_total": ("sessiongate:host_kv_tokens_total", "HiCache host pool size in tokens."),
+    "pool_pages_rejected": (
+        "sessiongate:pool_pages_rejected",
+        "Pool pages read since start that failed verification (each a cache miss, removed from the pool).",
+    ),
 }
 
 

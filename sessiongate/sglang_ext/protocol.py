@@ -85,7 +85,8 @@ class WorkerInfo(BaseModel):
     page_size: int
     hierarchical_cache: bool
     storage_backend: str | None = None
-    """SGLang's HiCache L3 backend (`file`, `mooncake`, ...), None without one."""
+    """The shared KV pool (HiCache's L3 backend) as configured: sessiongate's `file` (verified pages, the
+    default), `file-unchecked` or `mooncake`, else SGLang's backend name; None without one."""
 
 
 class LoadReport(BaseModel):
@@ -124,6 +125,10 @@ class LoadReport(BaseModel):
     """The shared pool this worker writes every computed page through to (HiCache's L3 backend), None without
     one. The router needs it because a turn's own cache report is empty when the prompt had no hits (SGLang
     reports nothing then), yet the turn's KV still lands in the pool."""
+    pool_pages_rejected: int = 0
+    """Pool pages (Mooncake: objects) read since the worker started that failed verification: other bytes than
+    were written under their key, truncated, or of another format. Each was a cache miss (recomputed) and was
+    removed from the pool. Always 0 with `file-unchecked` or a pool sessiongate does not verify."""
 
 
 class _Context(BaseModel):

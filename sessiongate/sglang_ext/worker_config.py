@@ -127,9 +127,11 @@ class WorkerConfig(EnvSettings):
     hicache_io_backend: str | None = None
     """None: `direct` on CPU (the only one without CUDA kernels), SGLang's default on GPU."""
     storage_backend: str | None = "file"
-    """The KV pool shared by the workers (HiCache's L3 backend): `file`, a directory (`pool_dir`);
-    `checked-file`, the same with a checksum per page (a damaged page is a miss); `mooncake`, a Mooncake
-    Store (`mooncake_*`); any other SGLang backend name as is; None for no pool."""
+    """The KV pool shared by the workers (HiCache's L3 backend): `file`, a directory (`pool_dir`) in SGLang's
+    file layout with every page verified when read (a damaged page is a miss); `mooncake`, a Mooncake Store
+    (`mooncake_*`), verified the same way; `file-unchecked`, SGLang's own `file` backend, which serves whatever
+    a page file holds (to measure what verification costs, not to serve); any other SGLang backend name as is;
+    None for no pool."""
     pool_dir: Path | None = None
     """The `file` backend's directory, shared by all local workers; None: `<state_dir>/kv-pool`."""
     mooncake_master: str = "127.0.0.1:50051"

@@ -53,10 +53,16 @@ def test_cpu_command_has_the_cpu_flags_and_hicache(cpu_config: WorkerConfig, tmp
         assert flag in command
     assert flag_value(command, "--hicache-write-policy") == "write_through"
     assert flag_value(command, "--hicache-io-backend") == "direct"
-    assert flag_value(command, "--hicache-storage-backend") == "file"
+    # The default pool is the verified `file` one, loaded through SGLang's `dynamic` backend.
+    assert flag_value(command, "--hicache-storage-backend") == "dynamic"
     assert flag_value(command, "--hicache-storage-prefetch-policy") == "wait_complete"
     extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
-    assert extra == {"file_storage_path": str(tmp_path / "kv-pool")}
+    assert extra == {
+        "backend_name": "file",
+        "module_path": "sessiongate.sglang_ext.internals.checked_file_store",
+        "class_name": "CheckedFileStore",
+        "file_storage_path": str(tmp_path / "kv-pool"),
+    }
     assert flag_value(command, "--tool-call-parser") == TINY_TOOL_CALL_PARSER
     assert "--constrained-json-disable-any-whitespace" in command
 
@@ -166,10 +172,8 @@ def test_options_reach_the_command(tmp_path: Path) -> None:
         extra_args=("--enable-priority-scheduling",),
     )
     command = build_command(config)
-    assert json.loads(flag_value(command, "--hicache-storage-backend-extra-config")) == {
-        "file_storage_path": str(tmp_path / "pool"),
-        "prefetch_threshold": 64,
-    }
+    extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
+    assert (extra["file_storage_path"], extra["prefetch_threshold"]) == (str(tmp_path / "pool"), 64)
     assert flag_value(command, "--page-size") == "16"
     assert flag_value(command, "--served-model-name") == "tiny"
     assert command[-1] == "--enable-priority-scheduling"
@@ -262,14 +266,14 @@ def test_a_mooncake_pool_reaches_sglangs_mooncake_backend(tmp_path: Path) -> Non
     assert (client_extra["global_segment_size"], client_extra["local_hostname"]) == (0, "198.18.0.1")
 
 
-def test_the_checked_file_pool_is_sglangs_dynamic_backend_on_the_pool_directory(tmp_path: Path) -> None:
-    command = build_command(WorkerConfig(state_dir=tmp_path, storage_backend="checked-file"))
+def test_the_unchecked_file_pool_is_sglangs_own_file_backend_on_the_pool_directory(tmp_path: Path) -> None:
+    command = build_command(WorkerConfig(state_dir=tmp_path, storage_backend="file-unchecked"))
     assert flag_value(command, "--hicache-storage-backend") == "dynamic"
     extra = json.loads(flag_value(command, "--hicache-storage-backend-extra-config"))
     assert extra == {
-        "backend_name": "checked-file",
-        "module_path": "sessiongate.sglang_ext.internals.checked_file_store",
-        "class_name": "CheckedFileStore",
+        "backend_name": "file-unchecked",
+        "module_path": "sglang.srt.mem_cache.hicache_storage",
+        "class_name": "HiCacheFile",
         "file_storage_path": str(tmp_path / "kv-pool"),
     }
 

@@ -22,6 +22,7 @@ from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.models import model_dir
 from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport
 from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import answer, chat, long_system_prompt, prefetch, wait_finished
@@ -105,12 +106,13 @@ def test_a_session_moves_to_another_worker_through_mooncake(pool: Pool) -> None:
     before = set(pool.master.keys())
     answer1 = chat(pool.a, turn1)
     new_keys = wait_for_new_keys(pool.master, before)
-    # The same hashed page keys as the file pool, prefixed with the served model and the digest of its KV layout
-    # (`sglang_ext.pool_namespace`; SGLang's MooncakeStore stores K and V of a page under two keys).
+    # The same hashed page keys as the file pool, prefixed with the served model, the digest of its KV layout
+    # (`sglang_ext.pool_namespace`) and the verified format's tag (`internals.page_digest`; SGLang's MooncakeStore
+    # stores K and V of a page under two keys).
     model = pool.a_process.config.model_path or model_dir(pool.a_process.config.state_dir, "tiny")
     namespaces = {key.split("_", 1)[0] for key in new_keys}
     assert len(namespaces) == 1
-    assert re.fullmatch(re.escape("-".join(str(model).split("/"))) + r"-sg[0-9a-f]{12}", namespaces.pop())
+    assert re.fullmatch(re.escape("-".join(str(model).split("/"))) + r"-sg[0-9a-f]{12}-xxh3", namespaces.pop())
     assert len(new_keys) == 2 * (answer1["usage"]["prompt_tokens"] // PAGE)
 
     context = [*turn1, {"role": "assistant", "content": answer(answer1)}]
@@ -165,6 +167,44 @@ def test_cache_salt_keeps_tenants_apart_in_the_pool(pool: Pool) -> None:
     status = wait_finished(pool.b, same_tenant.prefetch_id)
     assert status.pages_unavailable == 0
     assert status.pages_on_device + status.pages_in_host == same_tenant.tokens // PAGE
+
+
+def test_damaged_objects_are_misses_and_the_next_turn_is_recomputed(pool: Pool) -> None:
+    from mooncake.store import MooncakeDistributedStore
+
+    messages = [{"role": "system", "content": long_system_prompt("damaged")}, {"role": "user", "content": "Hi"}]
+    before = set(pool.master.keys())
+    computed = chat(pool.a, messages)
+    damaged = wait_for_new_keys(pool.master, before)
+    rejected_before = load(pool.b).pool_pages_rejected
+    # Another writer (a client lending no memory) overwrites every object of the context with random bytes of the
+    # same size: SGLang's own backend would serve them as KV.
+    writer = MooncakeDistributedStore()
+    master_config = pool.master.config
+    assert (
+        writer.setup("127.0.0.1", master_config.metadata_server, 0, 16 << 20, "tcp", "", master_config.master_address)
+        == 0
+    )
+    for key in damaged:
+        assert writer.upsert(key, os.urandom(writer.get_size(key))) == 0
+
+    accepted = prefetch(pool.b, session_id="damaged", messages=messages, target="host")
+    status = wait_finished(pool.b, accepted.prefetch_id)
+    assert status.state == "done"
+    assert status.pages_unavailable == accepted.tokens // PAGE
+    assert status.pages_in_host == status.pages_on_device == 0
+    served = chat(pool.b, messages)
+    assert served["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert answer(served) == answer(computed)
+    # The first page's objects were read (the prefetch stops at the first miss), failed, counted and removed.
+    assert load(pool.b).pool_pages_rejected > rejected_before
+    assert "failed verification" in pool.b_process.log_file.read_text(errors="replace")
+
+
+def load(client: httpx.Client) -> LoadReport:
+    response = client.get(LOAD_PATH)
+    assert response.status_code == 200, response.text
+    return LoadReport.model_validate(response.json())
 
 
 def test_losing_the_master_is_a_cache_miss(pool: Pool) -> None:

@@ -1,19 +1,21 @@
-"""The checked `file` pool backend in-process: pages round-trip, damaged pages are misses.
+"""The verified `file` pool backend in-process: pages round-trip, damaged pages are misses, counted.
 
-`CheckedFileStore` runs against SGLang 0.5.23's own `HiCacheFile` and storage-backend factory (no
-server); the workers that use it are tested in test_pool_checksum_engine.py.
+`CheckedFileStore` (the default `file` pool) runs against SGLang 0.5.23's own `HiCacheFile` and storage-backend
+factory (no server); the workers that use it are tested in test_pool_checksum_engine.py, the Mooncake pool's
+verification in test_pool_checksum_mooncake.py.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sessiongate.sglang_ext.launcher import CHECKED_FILE_BACKEND, build_command
+from sessiongate.sglang_ext.launcher import FILE_BACKEND, UNCHECKED_FILE_BACKEND, build_command
 from sessiongate.sglang_ext.worker_config import WorkerConfig
 
 PAGE_BYTES = 64 * 512  # one page of 64 tokens, 512 bytes of KV per token
@@ -43,10 +45,21 @@ def page_files(pool: Path) -> list[Path]:
     return sorted(pool.glob("*.bin"))
 
 
+def page_file(store: Any, pool: Path, key: str) -> Path:
+    return pool / f"{store._get_suffixed_key(key)}.bin"
+
+
 def read_back(store: Any, key: str) -> Any:
     import torch
 
     return store.get(key, torch.zeros(PAGE_BYTES // 4, dtype=torch.float32))
+
+
+def write_session(store: Any, session: str, pages: int, seed: int) -> list[str]:
+    keys = [f"{session}-page-{i}" for i in range(pages)]
+    for i, key in enumerate(keys):
+        assert store.set(key, random_page(seed + i))
+    return keys
 
 
 def test_a_page_round_trips(store: Any, tmp_path: Path) -> None:
@@ -58,74 +71,172 @@ def test_a_page_round_trips(store: Any, tmp_path: Path) -> None:
     assert torch.equal(read_back(store, "k1"), page)
     assert store.batch_exists(["k1", "k2"]) == 1
     assert read_back(store, "k2") is None
+    assert store.pages_rejected == 0
 
 
 def test_a_page_overwritten_with_other_bytes_of_the_same_size_is_a_miss(store: Any, tmp_path: Path) -> None:
     assert store.set("k1", random_page(1))
-    (page_file,) = page_files(tmp_path)
-    size = page_file.stat().st_size
-    page_file.write_bytes(os.urandom(size))
+    (damaged,) = page_files(tmp_path)
+    damaged.write_bytes(os.urandom(damaged.stat().st_size))
 
     assert read_back(store, "k1") is None
+    assert store.pages_rejected == 1
     # Removed, so the next write-through puts the right page back.
     assert not store.exists("k1")
     assert store.set("k1", random_page(1))
     assert read_back(store, "k1") is not None
+    assert store.pages_rejected == 1
 
 
 def test_one_flipped_byte_is_a_miss(store: Any, tmp_path: Path) -> None:
     assert store.set("k1", random_page(1))
-    (page_file,) = page_files(tmp_path)
-    data = bytearray(page_file.read_bytes())
+    (damaged,) = page_files(tmp_path)
+    data = bytearray(damaged.read_bytes())
     data[PAGE_BYTES // 2] ^= 0x01
-    page_file.write_bytes(bytes(data))
+    damaged.write_bytes(bytes(data))
     assert read_back(store, "k1") is None
+    assert store.pages_rejected == 1
 
 
-def test_a_valid_page_filed_under_another_key_is_a_miss(store: Any, tmp_path: Path) -> None:
-    assert store.set("k1", random_page(1))
-    assert store.set("k2", random_page(2))
-    first, second = (tmp_path / f"{store._get_suffixed_key(key)}.bin" for key in ("k1", "k2"))
-    second.write_bytes(first.read_bytes())
-    assert read_back(store, "k2") is None
-    assert read_back(store, "k1") is not None
+def test_two_pages_of_one_session_swapped_are_both_misses(store: Any, tmp_path: Path) -> None:
+    first, second, _third = (page_file(store, tmp_path, key) for key in write_session(store, "s1", 3, seed=10))
+    first_bytes = first.read_bytes()
+    first.write_bytes(second.read_bytes())
+    second.write_bytes(first_bytes)
+
+    assert read_back(store, "s1-page-0") is None
+    assert read_back(store, "s1-page-1") is None
+    assert read_back(store, "s1-page-2") is not None
+    assert store.pages_rejected == 2
+    assert store.batch_exists(["s1-page-0", "s1-page-1", "s1-page-2"]) == 0
+
+
+def test_pages_swapped_between_two_sessions_are_misses(store: Any, tmp_path: Path) -> None:
+    mine = write_session(store, "alice", 4, seed=20)
+    theirs = write_session(store, "bob", 4, seed=30)
+    for key_a, key_b in zip(mine, theirs, strict=True):
+        path_a, path_b = page_file(store, tmp_path, key_a), page_file(store, tmp_path, key_b)
+        bytes_a = path_a.read_bytes()
+        path_a.write_bytes(path_b.read_bytes())
+        path_b.write_bytes(bytes_a)
+
+    assert all(read_back(store, key) is None for key in mine + theirs)
+    assert store.pages_rejected == 8
+
+
+def test_unchecked_sglang_file_pool_serves_a_swapped_page_as_kv(cpu_compat: bool, tmp_path: Path) -> None:
+    """What the verification is for: SGLang's own backend hands another page's bytes back without a word."""
+    import torch
+    from sglang.srt.mem_cache.hicache_storage import HiCacheFile
+
+    plain = HiCacheFile(storage_config(tmp_path))
+    assert plain.set("k1", random_page(1))
+    assert plain.set("k2", random_page(2))
+    path_1, path_2 = (tmp_path / f"{plain._get_suffixed_key(key)}.bin" for key in ("k1", "k2"))
+    path_1.write_bytes(path_2.read_bytes())
+    assert torch.equal(read_back(plain, "k1"), random_page(2))
 
 
 @pytest.mark.parametrize("keep", [0, PAGE_BYTES // 2, PAGE_BYTES, PAGE_BYTES + 8])
 def test_a_truncated_page_is_a_miss(store: Any, tmp_path: Path, keep: int) -> None:
     assert store.set("k1", random_page(1))
-    (page_file,) = page_files(tmp_path)
-    with page_file.open("r+b") as handle:
+    (damaged,) = page_files(tmp_path)
+    with damaged.open("r+b") as handle:
         handle.truncate(keep)
+    assert read_back(store, "k1") is None
+    assert store.pages_rejected == 1
+
+
+def test_a_page_with_bytes_after_its_trailer_is_a_miss(store: Any, tmp_path: Path) -> None:
+    assert store.set("k1", random_page(1))
+    (damaged,) = page_files(tmp_path)
+    with damaged.open("ab") as handle:
+        handle.write(b"\0")
     assert read_back(store, "k1") is None
 
 
-def test_plain_and_checked_pages_never_mix(cpu_compat: bool, tmp_path: Path) -> None:
+def test_a_write_that_fails_midway_leaves_no_page(store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages are written to a temporary file renamed into place: until the rename there is no page."""
+
+    def crash(source: str, destination: str) -> None:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", crash)
+    assert not store.set("k1", random_page(1))
+    monkeypatch.undo()
+    assert not store.exists("k1")
+    assert list(tmp_path.iterdir()) == []
+    assert read_back(store, "k1") is None
+    assert store.pages_rejected == 0
+
+
+def test_a_page_is_logged_once_however_often_it_fails(cpu_compat: bool, caplog: pytest.LogCaptureFixture) -> None:
+    from sessiongate.sglang_ext.internals.page_digest import Rejections
+
+    rejections = Rejections(logging.getLogger("test.pool"))
+    with caplog.at_level(logging.WARNING, logger="test.pool"):
+        for _ in range(3):
+            rejections.note("page-a", "digest mismatch")
+        rejections.note("page-b", "digest mismatch")
+    assert rejections.count == 4
+    assert [record.args[0] for record in caplog.records if record.args] == ["page-a", "page-b"]
+
+
+def test_unchecked_crc32_and_verified_pages_never_mix(cpu_compat: bool, tmp_path: Path) -> None:
+    import dataclasses
+
     from sglang.srt.mem_cache.hicache_storage import HiCacheFile
 
     from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
 
     checked = CheckedFileStore(storage_config(tmp_path))
     plain = HiCacheFile(storage_config(tmp_path))
+    crc32 = HiCacheFile(dataclasses.replace(storage_config(tmp_path), model_name="tiny-crc32"))
     assert checked.set("k1", random_page(1))
     assert plain.set("k2", random_page(2))
+    assert crc32.set("k3", random_page(3))
     assert not plain.exists("k1")
     assert not checked.exists("k2")
+    assert not checked.exists("k3")
+    assert "-xxh3_" in checked._get_suffixed_key("k1")
 
 
-def test_the_launcher_loads_it_through_sglangs_dynamic_backend(cpu_compat: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("pool", "expected"),
+    [(FILE_BACKEND, "CheckedFileStore"), (UNCHECKED_FILE_BACKEND, "HiCacheFile")],
+)
+def test_the_launcher_loads_both_file_pools_through_sglangs_dynamic_backend(
+    cpu_compat: bool, tmp_path: Path, pool: str, expected: str
+) -> None:
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-    from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
+    from sessiongate.sglang_ext.internals.patches import _pool_name
 
-    command = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", storage_backend=CHECKED_FILE_BACKEND))
+    command = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", storage_backend=pool))
     backend = command[command.index("--hicache-storage-backend") + 1]
-    extra = json.loads(command[command.index("--hicache-storage-backend-extra-config") + 1])
+    extra_json = command[command.index("--hicache-storage-backend-extra-config") + 1]
+    extra = json.loads(extra_json)
     assert backend == "dynamic"
     assert extra["file_storage_path"] == str(tmp_path / "kv-pool")
+    # The worker reports the pool by the name it was configured with.
+    assert _pool_name(backend, extra_json) == pool
 
     config = storage_config(tmp_path)
     config.extra_config = extra
     store = StorageBackendFactory.create_backend(backend, config, mem_pool_host=None)
-    assert isinstance(store, CheckedFileStore)
+    assert type(store).__name__ == expected
     assert store.file_path == str(tmp_path / "kv-pool")
+
+
+def test_the_default_pool_is_the_verified_one() -> None:
+    assert WorkerConfig().storage_backend == FILE_BACKEND
+
+
+def test_the_cost_benchmark_compares_the_unchecked_and_the_verified_pool(
+    cpu_compat: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sessiongate.benchmarks import pool_checksum_bench
+
+    assert pool_checksum_bench.main(["--page-kib", "4", "--pages", "4", "--repeats", "1"]) == 0
+    rows = [line.split("|")[2].strip() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == ["file-unchecked", "file", "digest alone (xxh3-64)"]

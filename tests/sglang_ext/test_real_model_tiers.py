@@ -11,6 +11,9 @@ anywhere; then the same turn is served
 - after an advisory prefetch: the extension's prefetch endpoint, called with the turn's messages as the
   gateway's advisor calls it, on a worker that never saw the turn (to the device from either pool; to host
   memory from the file pool);
+- from a damaged file pool: a session's pages written by one worker, overwritten with random bytes of the same
+  size, must be misses on the worker that serves the session's next turn (the default pool verifies every page:
+  sessiongate/sglang_ext/internals/checked_file_store.py), which then gives a recompute's answer;
 
 and each time the output token ids must equal the recomputed ones, and so must the log-probability of each
 (equal tokens alone missed a corrupted copy of one layer's keys, see `LOGPROB_TOLERANCE`). SGLang's cache report
@@ -35,6 +38,7 @@ import pytest
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport
 from sessiongate.sglang_ext.worker_process import stop_all
 
 from .conftest import prefetch, wait_finished
@@ -66,9 +70,10 @@ def _messages(tag: str, facts: int) -> list[dict[str, str]]:
 TURN = _messages("Atlantic", 24)
 
 
-def serve(client: httpx.Client, messages: list[dict[str, str]]) -> dict[str, Any]:
+def serve(client: httpx.Client, messages: list[dict[str, str]], **fields: Any) -> dict[str, Any]:
     """The turn through SGLang's OpenAI chat endpoint, greedy, with its output token ids and cache report."""
     body = {
+        **fields,
         "model": "smollm2",
         "messages": messages,
         "temperature": 0,
@@ -207,6 +212,31 @@ def test_every_tier_of_the_file_pool_gives_the_recomputed_tokens(
         prefetched_to_host = serve(b, TURN)
         assert tiers(prefetched_to_host) == {"device": 0, "host": reusable, "storage": 0}
         assert_same_answer(prefetched_to_host, recomputed)
+
+        # (e) a damaged pool: A serves another session's turn, whose pages reach the pool; every one of them is
+        # then overwritten with random bytes of the same size (SGLang's own `file` backend would serve them as KV).
+        # The session's next turn goes to B, which never saw it: all misses, and a recompute's answer.
+        first_turn = _messages("Baltic", 24)
+        before = set(pool.glob("*.bin"))
+        first = serve(a, first_turn)
+        wait_until(
+            lambda: len(set(pool.glob("*.bin")) - before) >= whole_pages(first) // PAGE, "the pages reached the pool"
+        )
+        for page_file in set(pool.glob("*.bin")) - before:
+            page_file.write_bytes(os.urandom(page_file.stat().st_size))
+        next_turn = [
+            *first_turn,
+            {"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+            {"role": "user", "content": "And which colour was lighthouse 7 painted?"},
+        ]
+        # The reference: the same turn computed from nothing (a salt of its own shares no page with anything).
+        reference = serve(a, next_turn, cache_salt="recompute")
+        assert tiers(reference) == {"device": 0, "host": 0, "storage": 0}
+        on_b = serve(b, next_turn)
+        assert tiers(on_b) == {"device": 0, "host": 0, "storage": 0}
+        assert_same_answer(on_b, reference)
+        load = LoadReport.model_validate(b.get(LOAD_PATH).json())
+        assert load.pool_pages_rejected > 0
 
 
 def _require_mooncake() -> None:

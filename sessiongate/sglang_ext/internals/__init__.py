@@ -14,8 +14,11 @@ The package is split along the process seam:
 - `http_ops`: what runs in the HTTP server process: routes on SGLang's FastAPI app, the chat
   template rendering of the OpenAI endpoint, the scheduler's published load snapshot, and the
   awaitable calls into the scheduler;
-- `bench_rigs`: SGLang's cache classes built outside a server, for the benchmarks that time them.
+- `bench_rigs`: SGLang's cache classes built outside a server, for the benchmarks that time them;
+- `checked_file_store`, `guarded_mooncake_store`: the pool backends SGLang loads through its `dynamic` storage
+  backend (the default `file` pool and `mooncake`), which verify every page they read with `page_digest`.
 
-Importing the package imports nothing; the modules import SGLang and are imported by the plug-in
-only inside SGLang's processes (and by tests and benchmarks).
+Importing the package imports nothing; the modules import SGLang (`page_digest` only xxhash) and are imported by
+the plug-in, or by SGLang's storage-backend factory, only inside SGLang's processes (and by the tests and the
+benchmarks, in-process).
 """

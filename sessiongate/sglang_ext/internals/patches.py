@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -345,8 +346,22 @@ def server_facts() -> ServerFacts:
         served_model_name=str(args.served_model_name or args.model_path),
         page_size=int(args.page_size or 1),
         hierarchical_cache=bool(args.enable_hierarchical_cache),
-        storage_backend=args.hicache_storage_backend,
+        storage_backend=_pool_name(
+            args.hicache_storage_backend, getattr(args, "hicache_storage_backend_extra_config", None)
+        ),
     )
+
+
+def _pool_name(backend: str | None, extra_config: str | None) -> str | None:
+    """The pool's name as the worker was configured with it: for one loaded through SGLang's `dynamic` backend
+    (every pool `sglang_ext.launcher` names) the name in its extra config, else SGLang's backend name."""
+    if backend != "dynamic" or not extra_config:
+        return backend
+    try:
+        name = json.loads(extra_config).get("backend_name")
+    except (ValueError, AttributeError):
+        return backend
+    return str(name) if name else backend
 
 
 def add_http_get_route(path: str, endpoint: Callable[[], Any]) -> None:

@@ -176,16 +176,20 @@ class SchedulerExtension:
     def stats(self) -> dict[str, Any]:
         controller = getattr(self._cache, "cache_controller", None)
         host_total = host_used = None
+        rejected = 0
         if controller is not None:
             host_pool = controller.mem_pool_host
             host_total = int(host_pool.size)
             host_used = host_total - int(host_pool.available_size())
+            # Sessiongate's verified pools count what failed (`page_digest.Rejections`).
+            rejected = int(getattr(getattr(controller, "storage_backend", None), "pages_rejected", 0))
         return {
             "device_kv_tokens_cached": int(self._cache.evictable_size()),
             "host_kv_tokens_total": host_total,
             "host_kv_tokens_used": host_used,
             "prefetches_in_flight": self.prefetches.in_flight(),
             "prefetch_evicted_tokens": dict(self.prefetches.evicted_for_prefetch),
+            "pool_pages_rejected": rejected,
             "prefill_tokens_per_s": self._prefill.rate(self._prefill.clock),
             "decode_tokens_per_s": self._decode.rate(self._decode.clock),
         }

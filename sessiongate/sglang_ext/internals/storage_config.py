@@ -13,7 +13,7 @@ from typing import Any
 
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 
-__all__ = ["single_rank_storage_config"]
+__all__ = ["file_store", "single_rank_storage_config"]
 
 
 def single_rank_storage_config(model_name: str, extra_config: dict[str, Any]) -> HiCacheStorageConfig:
@@ -31,3 +31,14 @@ def single_rank_storage_config(model_name: str, extra_config: dict[str, Any]) ->
         model_name=model_name,
         extra_config=extra_config,
     )
+
+
+def file_store(directory: str, *, verified: bool, model_name: str = "bench") -> Any:
+    """A `file` pool backend on `directory`, in-process: sessiongate's verified one (the `file` pool), or SGLang's
+    own `HiCacheFile` (`file-unchecked`)."""
+    from sglang.srt.mem_cache.hicache_storage import HiCacheFile
+
+    from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
+
+    config = single_rank_storage_config(model_name, {"file_storage_path": directory})
+    return CheckedFileStore(config) if verified else HiCacheFile(config)
