@@ -1,23 +1,26 @@
-"""Shared fixtures: the anyio backend, free ports, the gateway app served in-process with its lifespan, real
-workers (the tiny model; SmolLM2 where a test is about answers).
+"""Shared fixtures: the anyio backend, free ports, the gateway app served in-process with its lifespan, fake
+workers on real sockets (`fake_workers`), real workers (the tiny model; SmolLM2 where a test is about answers).
 
 Part-specific fixtures live in each test folder's conftest.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.models import MODELS_DIR_ENV, model_dir
 from sessiongate.sglang_ext.ports import pick_port
@@ -36,6 +39,30 @@ _REPO_STATE_DIR = Path(__file__).resolve().parent.parent / ".sessiongate"
 os.environ.setdefault(MODELS_DIR_ENV, str(_REPO_STATE_DIR / "models"))
 
 OpenGateway = Callable[[Starlette], contextlib.AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@contextlib.asynccontextmanager
+async def fake_workers(behaviours: Mapping[str, FakeWorkerBehaviour], **config: Any) -> AsyncIterator[dict[str, str]]:
+    """Each behaviour's fake worker (`benchmarks.fake_worker`) behind its own uvicorn server on a free port of
+    127.0.0.1, in the test's event loop: the gateway reaches it over real sockets, as it reaches SGLang. Yields each
+    one's URL by name. `config`: more of `uvicorn.Config`'s options (`ssl_certfile`, ...: https:// URLs)."""
+    scheme = "https" if config.get("ssl_certfile") else "http"
+    servers: list[uvicorn.Server] = []
+    urls: dict[str, str] = {}
+    try:
+        for name, behaviour in behaviours.items():
+            options = {"log_level": "warning", "lifespan": "off", "timeout_graceful_shutdown": 1, **config}
+            server = uvicorn.Server(uvicorn.Config(create_fake_worker(behaviour), host="127.0.0.1", port=0, **options))
+            # startup and shutdown without `serve()`'s main loop, whose tick would slow every test's teardown
+            server.config.load()
+            server.lifespan = server.config.lifespan_class(server.config)
+            await server.startup()
+            servers.append(server)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            urls[name] = f"{scheme}://127.0.0.1:{port}"
+        yield urls
+    finally:
+        await asyncio.gather(*(server.shutdown() for server in servers))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

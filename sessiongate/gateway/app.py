@@ -2,8 +2,8 @@
 
 `create_app(settings)` is the only constructor. The lifespan opens the shared HTTP client and the store,
 starts the worker health loop, and yields the typed `GatewayState` that handlers read from
-`request.state.gateway`. Tests inject `worker_transport` (an ASGI app speaking SGLang's HTTP API) and/or a
-ready `store`.
+`request.state.gateway`. Tests inject a ready `store`; they serve fake workers on real sockets, as production's
+workers are.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-import httpx
 import structlog
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -53,7 +52,7 @@ from .signals_api import signal_routes
 from .state import GatewayState
 from .tenancy import CacheSalts, KeyRing
 from .tracing import Tracing, tracing_from_environ
-from .upstream import WorkerClient, make_chat_pool, make_chat_session, make_http_client
+from .upstream import WorkerClient, make_chat_pool, make_http_client, worker_ssl_context
 from .webui import ui_routes
 from .wiring import start_routing
 from .workers import WorkerPool
@@ -94,7 +93,6 @@ def _routes() -> list[Route]:
 def create_app(
     settings: GatewaySettings,
     *,
-    worker_transport: httpx.AsyncBaseTransport | None = None,
     store: sessions.SessionStore | None = None,
     policy: RoutingPolicy | None = None,
     tracing: Tracing | None = None,
@@ -110,27 +108,21 @@ def create_app(
             # Last out, so the spans of what the other resources ended go too; in a thread, as the exporter's last
             # requests may wait on the network.
             stack.push_async_callback(asyncio.to_thread, traces.shutdown)
+            tls = await asyncio.to_thread(worker_ssl_context)  # reads the CA files
             http = make_http_client(
                 connect_timeout_s=settings.upstream_connect_timeout_s,
                 read_timeout_s=settings.upstream_read_timeout_s,
-                transport=worker_transport,
                 worker_api_key=settings.worker_api_key,
+                ssl_context=tls,
             )
             stack.push_async_callback(http.aclose)
-            chat_session, chat_pool = None, None
-            if worker_transport is None:
-                chat_pool = make_chat_pool(
-                    connect_timeout_s=settings.upstream_connect_timeout_s,
-                    read_timeout_s=settings.upstream_read_timeout_s,
-                    worker_api_key=settings.worker_api_key,
-                )
-                stack.push_async_callback(chat_pool.close)
-                chat_session = make_chat_session(
-                    connect_timeout_s=settings.upstream_connect_timeout_s,
-                    read_timeout_s=settings.upstream_read_timeout_s,
-                    worker_api_key=settings.worker_api_key,
-                )
-                stack.push_async_callback(chat_session.close)
+            chat_pool = make_chat_pool(
+                connect_timeout_s=settings.upstream_connect_timeout_s,
+                read_timeout_s=settings.upstream_read_timeout_s,
+                worker_api_key=settings.worker_api_key,
+                ssl_context=tls,
+            )
+            stack.push_async_callback(chat_pool.close)
             the_store = store
             if the_store is None:
                 if settings.auto_migrate:
@@ -200,12 +192,7 @@ def create_app(
                 settings=settings,
                 http=http,
                 workers=pool,
-                worker_client=WorkerClient(
-                    http,
-                    read_timeout_s=settings.upstream_read_timeout_s,
-                    chat_session=chat_session,
-                    chat_pool=chat_pool,
-                ),
+                worker_client=WorkerClient(http, chat_pool=chat_pool),
                 policy=routing.router.policy,
                 store=the_store,
                 metrics=gateway_metrics,

@@ -24,7 +24,7 @@ from sessiongate.sglang_ext.protocol import (
 )
 
 from .errors import WorkerRejected, WorkerUnreachable
-from .upstream import translate
+from .upstream import TRANSPORT_ERRORS, translate
 
 __all__ = ["ExtensionClient"]
 
@@ -47,7 +47,7 @@ class ExtensionClient:
                 headers={"content-type": "application/json"} if body is not None else None,
                 timeout=self._timeout_s,
             )
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise translate(exc, worker_id) from exc
         if not 200 <= response.status_code < 300:  # a prefetch is accepted with 202
             try:

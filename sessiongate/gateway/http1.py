@@ -1,12 +1,13 @@
-"""A minimal HTTP/1.1 client for the non-streamed chat turn: POST a JSON body, read the whole answer (and the load
-reports' GET, polled several times a second).
+"""A minimal HTTP/1.1 client, the gateway's one transport for chat turns (streamed and not) and the load reports'
+GET (polled several times a second): POST a JSON body, read the whole answer or relay it as it arrives.
 
-The non-streamed turn is the gateway's cheapest and most frequent request to a worker, and through
-`aiohttp.ClientSession` its client side (request and response objects, header multidicts, timers, the connector's
-bookkeeping) cost more CPU than the rest of the proxying around it (docs/benchmarks.md, "The gateway's cost per
-turn"). It needs none of that: one request shape, to a handful of known workers, on kept-alive connections. Here the
-request is written as bytes and the answer parsed by `httptools` (llhttp, which uvicorn uses for the gateway's own
-requests). Streamed turns stay on aiohttp, which relays them as they arrive.
+A chat turn is the gateway's most frequent request to a worker, and through `httpx` or `aiohttp.ClientSession` the
+client side (request and response objects, header multidicts, timers, the connector's bookkeeping) cost more CPU
+than the rest of the proxying around it (docs/benchmarks.md, "The gateway's cost per turn"). It needs none of that:
+one request shape, to a handful of known workers, on kept-alive connections. Here the request is written as bytes
+and the answer parsed by `httptools` (llhttp, which uvicorn uses for the gateway's own requests). An https://
+worker is reached over asyncio's TLS (`ssl_context`: the gateway's one context for its workers, built from
+`SSL_CERT_FILE` / `SSL_CERT_DIR` else certifi's roots, as its `httpx` client's is).
 
 A connection idle longer than `keepalive_s` is dropped before SGLang's uvicorn would close it (its keep-alive is
 5 s), so a request is not written into a connection the worker is closing. Any error, timeout or cancellation
@@ -22,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -239,12 +242,24 @@ class Stream:
         return b"".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """Where a worker URL's requests go, and their first bytes (request target prefix, `host` header)."""
+
+    host: str
+    port: int
+    tls: bool
+    target: bytes
+    head: bytes
+
+
 _JSON = b"accept: application/json\r\n"
 _EVENT_STREAM = b"accept: text/event-stream\r\n"
 
 
 class Http1Pool:
-    """Kept-alive connections per worker origin. `headers` go with every request (e.g. the workers' API key)."""
+    """Kept-alive connections per worker origin. `headers` go with every request (e.g. the workers' API key);
+    `ssl_context` verifies https:// workers (default: `ssl.create_default_context()`, made on first use)."""
 
     def __init__(
         self,
@@ -253,13 +268,15 @@ class Http1Pool:
         read_timeout_s: float,
         keepalive_s: float = 4.0,
         headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._connect_timeout_s = connect_timeout_s
+        self._ssl_context = ssl_context
         self._read_timeout_s = read_timeout_s
         self._keepalive_s = keepalive_s
         self._extra = b"".join(f"{k}: {v}\r\n".encode("latin-1") for k, v in (headers or {}).items())
         self._idle: dict[str, list[_Connection]] = {}
-        self._origins: dict[str, tuple[str, int, bytes, bytes]] = {}
+        self._origins: dict[str, _Origin] = {}
 
     async def post_json(self, url: str, path: str, body: bytes, *, extra: bytes = b"") -> tuple[int, bytes]:
         """POST `body` (JSON) to `url` + `path`: the answer's status and body. Raises `TimeoutError` (connecting or
@@ -304,7 +321,8 @@ class Http1Pool:
     def _request(
         self, url: str, path: str, body: bytes, accept: bytes, method: bytes = b"POST ", *, extra: bytes = b""
     ) -> bytes:
-        _, _, target, head = self._origin(url)
+        origin = self._origin(url)
+        target, head = origin.target, origin.head
         length = str(len(body)).encode()
         return b"".join(
             (
@@ -325,10 +343,21 @@ class Http1Pool:
     async def _connection(self, url: str) -> _Connection:
         connection = self._take(url)
         if connection is None:
-            host, port, _, _ = self._origin(url)
-            async with asyncio.timeout(self._connect_timeout_s):
-                _, connection = await asyncio.get_running_loop().create_connection(_Connection, host, port)
+            origin = self._origin(url)
+            loop = asyncio.get_running_loop()
+            async with asyncio.timeout(self._connect_timeout_s):  # the TLS handshake included
+                if origin.tls:
+                    _, connection = await loop.create_connection(
+                        _Connection, origin.host, origin.port, ssl=self._tls(), server_hostname=origin.host
+                    )
+                else:
+                    _, connection = await loop.create_connection(_Connection, origin.host, origin.port)
         return connection
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
 
     def _put_back(self, url: str, connection: _Connection, reusable: bool) -> None:
         if reusable:
@@ -337,17 +366,18 @@ class Http1Pool:
         else:
             connection.close()
 
-    def _origin(self, url: str) -> tuple[str, int, bytes, bytes]:
+    def _origin(self, url: str) -> _Origin:
         origin = self._origins.get(url)
         if origin is None:
             parts = urlsplit(url)
-            if parts.scheme != "http" or parts.hostname is None:
-                raise ValueError(f"the chat client speaks plain http only, not {url!r}")
-            port = parts.port or 80
+            if parts.scheme not in ("http", "https") or parts.hostname is None:
+                raise ValueError(f"the chat client speaks http and https only, not {url!r}")
+            tls = parts.scheme == "https"
+            port = parts.port or (443 if tls else 80)
             host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # an IPv6 address
             head = f" HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n".encode("latin-1")
             # A worker URL may carry a path prefix, which the request's path follows.
-            origin = self._origins[url] = (parts.hostname, port, parts.path.rstrip("/").encode(), head)
+            origin = self._origins[url] = _Origin(parts.hostname, port, tls, parts.path.rstrip("/").encode(), head)
         return origin
 
     def _take(self, url: str) -> _Connection | None:

@@ -29,9 +29,9 @@ _RECHECK_NO_EXTENSION = 40
 
 
 class LoadPoller:
-    """Polls every healthy worker's load report. `fast`: the HTTP/1.1 pool the non-streamed turns use; an http://
-    worker is polled over it (through httpx a poll cost about a millisecond of CPU, several times a second per
-    worker), any other over `client` (tests, whose client carries an ASGI transport)."""
+    """Polls every healthy worker's load report. `fast`: the HTTP/1.1 pool the chat turns use, which the gateway
+    polls over (through httpx a poll cost about a millisecond of CPU, several times a second per worker); without
+    one, `client`."""
 
     def __init__(
         self, pool: WorkerPool, client: httpx.AsyncClient, *, interval_s: float, fast: Http1Pool | None = None
@@ -50,7 +50,7 @@ class LoadPoller:
         """The load report's status and body; None when the worker could not be asked."""
         timeout_s = self.stale_after_s  # a report that took longer would be stale on arrival
         try:
-            if self.fast is not None and worker.url.startswith("http://"):
+            if self.fast is not None:
                 return await self.fast.get_json(worker.url, LOAD_PATH, timeout_s=timeout_s)
             response = await self.client.get(f"{worker.url}{LOAD_PATH}", timeout=timeout_s)
             return response.status_code, response.content

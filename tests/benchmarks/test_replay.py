@@ -1,37 +1,34 @@
-"""The replay driver against the real gateway app in front of two fake SGLang workers (in-process, no sockets)."""
+"""The replay driver against the real gateway app in front of two fake SGLang workers (on localhost sockets)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour
 from sessiongate.benchmarks.replay.driver import ReplayOptions, replay
 from sessiongate.benchmarks.replay.text import SyntheticText
 from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.gateway.workers import worker_id_for
+from tests.conftest import fake_workers
 
 pytestmark = pytest.mark.anyio
 
 ADMIN_KEY = "replay-admin"
 
 
-class _ByHost:
-    """One ASGI transport for several fake workers, chosen by the Host header."""
-
-    def __init__(self, apps: dict[str, ASGIApp]) -> None:
-        self.apps = apps
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        host = dict(scope["headers"]).get(b"host", b"").decode().split(":")[0]
-        await self.apps[host](scope, receive, send)
+@pytest.fixture
+async def stack() -> AsyncIterator[contextlib.AsyncExitStack]:
+    """What a test serves (its fake workers), ended after its gateway."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield stack
 
 
 def _sessions() -> list[SessionTrace]:
@@ -46,12 +43,14 @@ def _sessions() -> list[SessionTrace]:
     return [session(0, "user"), session(1, "tool"), session(2, "user")]
 
 
-async def test_replay_through_the_gateway_extends_each_prompt(tmp_path: Path, open_gateway: Callable[..., Any]) -> None:
+async def test_replay_through_the_gateway_extends_each_prompt(
+    tmp_path: Path, open_gateway: Callable[..., Any], stack: contextlib.AsyncExitStack
+) -> None:
     pool: list[tuple[str, ...]] = []
     workers = {"worker-a": FakeWorkerBehaviour(pool=pool), "worker-b": FakeWorkerBehaviour(pool=pool)}
-    transport = httpx.ASGITransport(app=_ByHost({k: create_fake_worker(v) for k, v in workers.items()}))
+    urls = await stack.enter_async_context(fake_workers(workers))
     settings = GatewaySettings(
-        workers=("http://worker-a:30000", "http://worker-b:30000"),
+        workers=tuple(urls.values()),
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
         allow_unauthenticated=True,
         admin_key=ADMIN_KEY,
@@ -67,7 +66,7 @@ async def test_replay_through_the_gateway_extends_each_prompt(tmp_path: Path, op
         text=SyntheticText(message_overhead_tokens=1),
         progress=False,
     )
-    async with open_gateway(create_app(settings, worker_transport=transport)) as client:
+    async with open_gateway(create_app(settings)) as client:
         result = await replay(client, sessions, options)
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
         stats = (await client.get("/v1/admin/advisories/stats", headers=admin)).json()
@@ -81,7 +80,7 @@ async def test_replay_through_the_gateway_extends_each_prompt(tmp_path: Path, op
             assert r.first_token_s is not None
             assert r.done_s is not None
             assert r.sent_s <= r.first_token_s <= r.done_s
-            assert r.worker in {"worker-a:30000", "worker-b:30000"}
+            assert r.worker in {worker_id_for(url) for url in urls.values()}
             # Token counts follow the trace (plus the assistant role token of each earlier turn).
             assert r.prompt_tokens == session.prompt_tokens(k) + k
             assert r.output_tokens == turn.output_tokens
@@ -112,17 +111,17 @@ async def test_replay_through_the_gateway_extends_each_prompt(tmp_path: Path, op
 
 
 async def test_the_oracle_advises_every_later_turn_at_its_ideal_lead(
-    tmp_path: Path, open_gateway: Callable[..., Any]
+    tmp_path: Path, open_gateway: Callable[..., Any], stack: contextlib.AsyncExitStack
 ) -> None:
     worker = FakeWorkerBehaviour()
+    urls = await stack.enter_async_context(fake_workers({"worker-a": worker}))
     settings = GatewaySettings(
-        workers=("http://worker-a:30000",),
+        workers=(urls["worker-a"],),
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
         allow_unauthenticated=True,
         admin_key=ADMIN_KEY,
         health_interval_s=0.05,
     )
-    transport = httpx.ASGITransport(app=create_fake_worker(worker))
     sessions = _sessions()
     leads: list[int] = []
 
@@ -139,7 +138,7 @@ async def test_the_oracle_advises_every_later_turn_at_its_ideal_lead(
         text=SyntheticText(message_overhead_tokens=1),
         progress=False,
     )
-    async with open_gateway(create_app(settings, worker_transport=transport)) as client:
+    async with open_gateway(create_app(settings)) as client:
         result = await replay(client, sessions, options)
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
         stats = (await client.get("/v1/admin/advisories/stats", headers=admin)).json()
@@ -155,15 +154,17 @@ async def test_the_oracle_advises_every_later_turn_at_its_ideal_lead(
     )
 
 
-async def test_no_turn_or_hint_is_sent_after_the_window(tmp_path: Path, open_gateway: Callable[..., Any]) -> None:
+async def test_no_turn_or_hint_is_sent_after_the_window(
+    tmp_path: Path, open_gateway: Callable[..., Any], stack: contextlib.AsyncExitStack
+) -> None:
     worker = FakeWorkerBehaviour()
+    urls = await stack.enter_async_context(fake_workers({"worker-a": worker}))
     settings = GatewaySettings(
-        workers=("http://worker-a:30000",),
+        workers=(urls["worker-a"],),
         database_url=f"sqlite+aiosqlite:///{tmp_path / 'g.db'}",
         allow_unauthenticated=True,
         health_interval_s=0.05,
     )
-    transport = httpx.ASGITransport(app=create_fake_worker(worker))
     # Each session's second turn is due 0.2 s after its first, its hint 0.1 s before that: both after the 0.05 s window.
     options = ReplayOptions(
         system="kv_aware+advisories",
@@ -173,7 +174,7 @@ async def test_no_turn_or_hint_is_sent_after_the_window(tmp_path: Path, open_gat
         text=SyntheticText(message_overhead_tokens=1),
         progress=False,
     )
-    async with open_gateway(create_app(settings, worker_transport=transport)) as client:
+    async with open_gateway(create_app(settings)) as client:
         result = await replay(client, _sessions(), options)
     assert sorted((r.session_id, r.turn) for r in result.records) == [("s0", 0), ("s1", 0), ("s2", 0)]
     assert not result.hints_sent

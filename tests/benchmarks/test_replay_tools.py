@@ -1,4 +1,4 @@
-"""The replay's tool-call turns, through the real gateway app in front of two fake SGLang workers (in-process):
+"""The replay's tool-call turns, through the real gateway app in front of two fake SGLang workers (on real sockets):
 forced tool calls, the next turn's call and result messages, and the tool results posted to the gateway, which
 learns their durations and runs its tool-call KV lifecycle on them."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour
 from sessiongate.benchmarks.processes import FakeWorkerProcess, SmgProcess, smg_installed
 from sessiongate.benchmarks.replay.common import model_name
 from sessiongate.benchmarks.replay.driver import RUN_TOOL, TOOL_CALL_MAX_TOKENS, ReplayOptions, replay
@@ -21,8 +21,9 @@ from sessiongate.benchmarks.replay.text import SyntheticText
 from sessiongate.benchmarks.workloads import SessionTrace, Turn
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
+from tests.conftest import fake_workers
 
-from .test_replay import ADMIN_KEY, _ByHost
+from .test_replay import ADMIN_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -41,10 +42,21 @@ def _agent_sessions() -> list[SessionTrace]:
 async def _run(tmp_path: Path, open_gateway: Callable[..., Any], *, post: bool) -> tuple[Any, ...]:
     pool: list[tuple[str, ...]] = []
     workers = {"worker-a": FakeWorkerBehaviour(pool=pool), "worker-b": FakeWorkerBehaviour(pool=pool)}
-    transport = httpx.ASGITransport(app=_ByHost({k: create_fake_worker(v) for k, v in workers.items()}))
+    async with fake_workers(workers) as urls:
+        return await _run_on(tmp_path, open_gateway, workers, tuple(urls.values()), post=post)
+
+
+async def _run_on(
+    tmp_path: Path,
+    open_gateway: Callable[..., Any],
+    workers: dict[str, FakeWorkerBehaviour],
+    urls: tuple[str, ...],
+    *,
+    post: bool,
+) -> tuple[Any, ...]:
     database = tmp_path / "g.db"
     settings = GatewaySettings(
-        workers=("http://worker-a:30000", "http://worker-b:30000"),
+        workers=urls,
         database_url=f"sqlite+aiosqlite:///{database}",
         allow_unauthenticated=True,
         admin_key=ADMIN_KEY,
@@ -61,7 +73,7 @@ async def _run(tmp_path: Path, open_gateway: Callable[..., Any], *, post: bool) 
         tool_calls=True,
         post_tool_results=post,
     )
-    async with open_gateway(create_app(settings, worker_transport=transport)) as client:
+    async with open_gateway(create_app(settings)) as client:
         result = await replay(client, _agent_sessions(), options)
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
         stats = (await client.get("/v1/admin/advisories/stats", headers=admin)).json()

@@ -1,5 +1,5 @@
 """Fixtures for the gateway's own logic: the real ASGI app, a real SQLite store, fake workers that speak
-SGLang's HTTP API in-process (benchmarks.fake_worker)."""
+SGLang's HTTP API (benchmarks.fake_worker) on real localhost sockets, in the test's event loop."""
 
 from __future__ import annotations
 
@@ -13,26 +13,15 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
+from sessiongate.gateway.workers import worker_id_for
 from sessiongate.sglang_ext.ports import pick_port
-from tests.conftest import WithLifespanState
+from tests.conftest import WithLifespanState, fake_workers
 
-WORKER_URLS = ("http://worker-a:30000", "http://worker-b:30000")
-
-
-class HostDispatch:
-    """One ASGI transport for several fake workers, chosen by the Host header (host:port)."""
-
-    def __init__(self, apps: dict[str, ASGIApp]) -> None:
-        self.apps = apps
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        host = dict(scope["headers"]).get(b"host", b"").decode().split(":")[0]
-        await self.apps[host](scope, receive, send)
+WORKER_NAMES = ("worker-a", "worker-b")
 
 
 @dataclass
@@ -42,34 +31,39 @@ class Gateway:
     app: Any
     state: Any
     database_url: str
+    # Each fake worker's URL and worker id (`host:port`) by name ("worker-a", "worker-b").
+    urls: dict[str, str]
+    ids: dict[str, str]
+
+    def name_of(self, worker_id: str) -> str:
+        """The fake worker's name for a worker id."""
+        return next(name for name, id_ in self.ids.items() if id_ == worker_id)
 
 
 @contextlib.asynccontextmanager
-async def running_gateway(tmp_path: Path, *, real_network: bool = False, **settings: Any) -> AsyncIterator[Gateway]:
-    """The gateway in front of two fake workers; `real_network` uses its real transport (for real sockets)."""
+async def running_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[Gateway]:
+    """The gateway in front of two fake workers, served on real sockets."""
     shared_pool: list[tuple[str, ...]] = []
     # The tests' prompts are a few words: the workers load any pool hit, as `WorkerConfig(prefetch_threshold=1)`
     # would (SGLang's default threshold, 256 tokens, would hide every storage hit).
-    behaviours = {
-        name: FakeWorkerBehaviour(pool=shared_pool, prefetch_threshold=1) for name in ("worker-a", "worker-b")
-    }
-    # raise_app_exceptions=False: a fake worker that dies mid-stream looks like a closed connection.
-    transport = httpx.ASGITransport(
-        app=HostDispatch({k: create_fake_worker(v) for k, v in behaviours.items()}), raise_app_exceptions=False
-    )
+    behaviours = {name: FakeWorkerBehaviour(pool=shared_pool, prefetch_threshold=1) for name in WORKER_NAMES}
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
-    options: dict[str, Any] = {
-        "workers": WORKER_URLS,
-        "database_url": database_url,
-        "health_interval_s": 0.05,
-        "allow_unauthenticated": True,
-        **settings,
-    }
-    app = create_app(GatewaySettings(**options), worker_transport=None if real_network else transport)
-    async with app.router.lifespan_context(app) as state:
-        served = WithLifespanState(app, state)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://gateway") as client:
-            yield Gateway(client, behaviours, app, state["gateway"], database_url)
+    async with fake_workers(behaviours) as urls:
+        options: dict[str, Any] = {
+            "workers": tuple(urls.values()),
+            "database_url": database_url,
+            "health_interval_s": 0.05,
+            "allow_unauthenticated": True,
+            **settings,
+        }
+        app = create_app(GatewaySettings(**options))
+        async with app.router.lifespan_context(app) as state:
+            served = WithLifespanState(app, state)
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=served), base_url="http://gateway"
+            ) as client:
+                ids = {name: worker_id_for(url) for name, url in urls.items()}
+                yield Gateway(client, behaviours, app, state["gateway"], database_url, urls, ids)
 
 
 @pytest.fixture

@@ -131,7 +131,7 @@ async def test_set_priority(gw: Gateway) -> None:
 async def test_retain_and_drop_kv_through_the_workers(gw: Gateway) -> None:
     await _turn(gw, "kv")
     retained = (await gw.client.post("/v1/admin/sessions/kv/kv/retain", json={"ttl_ms": 1000}, headers=ADMIN)).json()
-    assert {r["worker"] for r in retained["workers"]} == {"worker-a:30000", "worker-b:30000"}
+    assert {r["worker"] for r in retained["workers"]} == set(gw.ids.values())
     assert all(r["operation"] == "retain" for r in retained["workers"])
     assert max(r["device_tokens"] for r in retained["workers"]) > 0
     assert all(r["storage_tokens"] > 0 for r in retained["workers"])  # the shared pool
@@ -150,8 +150,8 @@ async def test_kv_operation_reports_a_worker_without_extension(gw: Gateway) -> N
     gw.workers["worker-b"].extension = False
     result = (await gw.client.post("/v1/admin/sessions/partial/kv/retain", headers=ADMIN)).json()
     by_worker = {r["worker"]: r for r in result["workers"]}
-    assert "error" in by_worker["worker-b:30000"]
-    assert by_worker["worker-a:30000"]["operation"] == "retain"
+    assert "error" in by_worker[gw.ids["worker-b"]]
+    assert by_worker[gw.ids["worker-a"]]["operation"] == "retain"
 
 
 async def test_close_then_delete_drops_kv_everywhere(gw: Gateway) -> None:
@@ -164,7 +164,7 @@ async def test_close_then_delete_drops_kv_everywhere(gw: Gateway) -> None:
     assert refused.status_code == 409
     deleted = (await gw.client.delete("/v1/admin/sessions/gone", headers=ADMIN)).json()
     assert deleted["deleted"] is True
-    assert {r["worker"] for r in deleted["kv"]} == {"worker-a:30000", "worker-b:30000"}
+    assert {r["worker"] for r in deleted["kv"]} == set(gw.ids.values())
     assert all(("drop", "gone") in w.kv_ops for w in gw.workers.values())
     assert (await gw.client.get("/v1/admin/sessions/gone", headers=ADMIN)).status_code == 404
 
@@ -173,19 +173,19 @@ async def test_workers_load_and_drain(gw: Gateway) -> None:
     gw.workers["worker-a"].queued = 3
     await asyncio.sleep(0.1)
     workers = {w["id"]: w for w in (await gw.client.get("/v1/admin/workers", headers=ADMIN)).json()["data"]}
-    assert workers["worker-a:30000"]["healthy"] is True
-    assert workers["worker-a:30000"]["load"]["queued_requests"] == 3
-    assert workers["worker-a:30000"]["extension"] is True
+    assert workers[gw.ids["worker-a"]]["healthy"] is True
+    assert workers[gw.ids["worker-a"]]["load"]["queued_requests"] == 3
+    assert workers[gw.ids["worker-a"]]["extension"] is True
 
-    drained = await gw.client.post("/v1/admin/workers/worker-b:30000/drain", headers=ADMIN)
+    drained = await gw.client.post(f"/v1/admin/workers/{gw.ids['worker-b']}/drain", headers=ADMIN)
     assert drained.json()["draining"] is True
     assert drained.json()["routable"] is False
     for i in range(3):
         response = await gw.client.post(
             "/v1/chat/completions", json={"messages": [USER]}, headers={"X-Session-Id": f"d{i}", **CLIENT}
         )
-        assert response.headers["x-sessiongate-worker"] == "worker-a:30000"
-    undrained = await gw.client.post("/v1/admin/workers/worker-b:30000/undrain", headers=ADMIN)
+        assert response.headers["x-sessiongate-worker"] == gw.ids["worker-a"]
+    undrained = await gw.client.post(f"/v1/admin/workers/{gw.ids['worker-b']}/undrain", headers=ADMIN)
     assert undrained.json()["routable"] is True
     assert (await gw.client.post("/v1/admin/workers/nope:1/drain", headers=ADMIN)).status_code == 404
 

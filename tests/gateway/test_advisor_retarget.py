@@ -31,7 +31,7 @@ async def _tool_call_turn(gw: Gateway, session: str) -> dict[str, Any]:
 async def test_tool_result_moves_the_tool_call_advisory_off_a_worker_that_got_busy(make_gateway: Any) -> None:
     async with make_gateway(**FAST) as gw:
         first = await _tool_call_turn(gw, "retarget-1")
-        home = first["worker"].split(":")[0]
+        home = gw.name_of(first["worker"])
         other = "worker-b" if home == "worker-a" else "worker-a"
 
         async def tool_call_advisory() -> bool:
@@ -39,7 +39,7 @@ async def test_tool_result_moves_the_tool_call_advisory_off_a_worker_that_got_bu
 
         await eventually(tool_call_advisory)  # the turn ended with a tool call: advised at once, at home
         (early,) = await _advisories(gw, "retarget-1")
-        assert early.target_worker.startswith(home)
+        assert early.target_worker == gw.ids[home]
 
         gw.workers[home].queued = 40  # while the tool runs, the session's worker gets busy
         await asyncio.sleep(0.1)
@@ -51,17 +51,17 @@ async def test_tool_result_moves_the_tool_call_advisory_off_a_worker_that_got_bu
         advisory = result.json()["advisory"]
         assert advisory["state"] == "fired"  # a new advisory, not the stale one refreshed
         assert advisory["kind"] == "tool_result"
-        assert advisory["worker"].startswith(other)
+        assert advisory["worker"] == gw.ids[other]
 
         async def believed_on_other() -> bool:
             kv = gw.state.router.belief.residency("retarget-1", gw.state.router.clock())
-            return bool(kv.device.get(f"{other}:30000", 0) > 0)
+            return bool(kv.device.get(gw.ids[other], 0) > 0)
 
         await eventually(believed_on_other)
         message = first["choices"][0]["message"]
         tool_message = {"role": "tool", "tool_call_id": call["id"], "content": "found it"}
         second = await _turn(gw, "retarget-1", [USER, message, tool_message])
-        assert second["worker"].startswith(other)
+        assert second["worker"] == gw.ids[other]
         settled = {a.kind: a for a in await _settled(gw, "retarget-1", count=2)}
         assert settled["tool_call"].outcome == "cancelled"  # superseded: not counted against the hint
         assert settled["tool_result"].outcome == "used"

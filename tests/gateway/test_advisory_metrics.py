@@ -69,7 +69,7 @@ async def test_advisory_metrics(make_gateway: Any) -> None:
 
 async def test_the_workers_prefetch_evictions_by_rank(make_gateway: Any) -> None:
     async with make_gateway(**FAST) as gw:
-        worker_id, worker = next(iter(gw.workers.items()))
+        worker_name, worker = next(iter(gw.workers.items()))
         worker.prefetch_evicted_tokens = {"unhinted": 640, "expired_hint": 128}
 
         async def reported() -> bool:
@@ -85,7 +85,7 @@ async def test_the_workers_prefetch_evictions_by_rank(make_gateway: Any) -> None
         }
         assert evicted == {"unhinted": 640, "expired_hint": 128}
         assert all(
-            worker_id in dict(labels)["worker"]
+            dict(labels)["worker"] == gw.ids[worker_name]
             for (name, labels), _ in after.items()
             if name == "sessiongate_worker_prefetch_evicted_tokens"
         )

@@ -175,9 +175,9 @@ async def test_idle_connections_older_than_the_keep_alive_are_not_reused() -> No
     assert connections[0] == 2
 
 
-async def test_only_plain_http_urls_are_taken() -> None:
-    with pytest.raises(ValueError, match="plain http"):
-        await pool().post_json("https://worker:443", "/x", b"{}")
+async def test_only_http_and_https_urls_are_taken() -> None:
+    with pytest.raises(ValueError, match="http and https only"):
+        await pool().post_json("ftp://worker:21", "/x", b"{}")
 
 
 def _chunk(data: bytes) -> bytes:

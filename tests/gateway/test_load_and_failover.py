@@ -26,14 +26,14 @@ async def test_load_reports_reach_the_router(make_gateway: Any) -> None:
     async with make_gateway(load_poll_interval_s=0.02) as gw:
         gw.workers["worker-a"].queued = 30
         await asyncio.sleep(0.1)
-        worker = gw.state.workers.get("worker-a:30000")
+        worker = gw.state.workers.get(gw.ids["worker-a"])
         assert worker.extension is True
         assert worker.load.queued_requests == 30
         views = {v.id: v for v in gw.state.router.candidates()}
-        assert views["worker-a:30000"].load == 30
-        assert views["worker-a:30000"].prefill_tokens_per_s == 5000.0
+        assert views[gw.ids["worker-a"]].load == 30
+        assert views[gw.ids["worker-a"]].prefill_tokens_per_s == 5000.0
         # Every new session avoids the queue on worker a.
-        assert {await _worker_for(gw, f"load-{i}") for i in range(4)} == {"worker-b:30000"}
+        assert {await _worker_for(gw, f"load-{i}") for i in range(4)} == {gw.ids["worker-b"]}
 
 
 async def test_worker_without_extension_falls_back_to_in_flight_counts(make_gateway: Any) -> None:
@@ -42,12 +42,12 @@ async def test_worker_without_extension_falls_back_to_in_flight_counts(make_gate
         gw.workers["worker-a"].queued = 30  # not reported: the worker has no extension
         gw.workers["worker-b"].prefill_tokens_per_s = 4000.0  # as fast as the default assumed for worker a
         await asyncio.sleep(0.1)
-        worker = gw.state.workers.get("worker-a:30000")
+        worker = gw.state.workers.get(gw.ids["worker-a"])
         assert worker.extension is False
         assert worker.load is None
-        view = next(v for v in gw.state.router.candidates() if v.id == "worker-a:30000")
+        view = next(v for v in gw.state.router.candidates() if v.id == gw.ids["worker-a"])
         assert (view.running, view.load) == (None, 0)
-        assert {await _worker_for(gw, f"noext-{i}") for i in range(4)} == {"worker-a:30000", "worker-b:30000"}
+        assert {await _worker_for(gw, f"noext-{i}") for i in range(4)} == set(gw.ids.values())
 
 
 @pytest.mark.parametrize("policy", ["round_robin", "least_loaded", "sticky", "cache_aware", "kv_aware"])
@@ -69,9 +69,9 @@ async def test_worker_failing_before_first_byte_is_retried_on_another(make_gatew
     async with make_gateway() as gw:
         gw.workers["worker-a"].fail_status = 503
         for i in range(3):
-            assert await _worker_for(gw, f"retry-{i}", stream=stream) == "worker-b:30000"
+            assert await _worker_for(gw, f"retry-{i}", stream=stream) == gw.ids["worker-b"]
             turns = (await gw.client.get(f"/v1/sessions/retry-{i}/turns")).json()["data"]
-            assert [(t["status"], t["worker"]) for t in turns] == [("ok", "worker-b:30000")]
+            assert [(t["status"], t["worker"]) for t in turns] == [("ok", gw.ids["worker-b"])]
 
 
 async def test_both_workers_failing_fails_the_one_turn(make_gateway: Any) -> None:

@@ -22,7 +22,7 @@ from sessiongate.gateway.openapi import openapi_document
 from sessiongate.gateway.workers import worker_id_for
 from sessiongate.sdk._sse import parse_events
 
-from .conftest import WORKER_URLS, Gateway, running_gateway
+from .conftest import Gateway, running_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -89,7 +89,7 @@ async def test_every_operation_answers_as_documented(gateway: Gateway) -> None:
     call = Client(gateway)
     key = (await call("POST", "/v1/admin/keys", json={"tenant": "acme", "name": "ci"}, headers=ADMIN)).json()
     tenant = {"authorization": f"Bearer {key['key']}"}
-    worker = worker_id_for(WORKER_URLS[0])
+    worker = gateway.ids["worker-a"]
     s = "/v1/sessions/{session_id}"
     a = "/v1/admin/sessions/{session_id}"
 
@@ -166,7 +166,7 @@ async def test_every_operation_answers_as_documented(gateway: Gateway) -> None:
     await call("POST", "/v1/admin/workers/{worker_id}/drain", f"/v1/admin/workers/{worker}/drain", headers=ADMIN)
     await call("POST", "/v1/admin/workers/{worker_id}/undrain", f"/v1/admin/workers/{worker}/undrain", headers=ADMIN)
     await call("POST", "/v1/admin/workers/{worker_id}/drain", "/v1/admin/workers/nope/drain", headers=ADMIN)  # 404
-    for url in WORKER_URLS:  # no routable worker: /readyz answers 503 with its checks
+    for url in gateway.urls.values():  # no routable worker: /readyz answers 503 with its checks
         await call(
             "POST",
             "/v1/admin/workers/{worker_id}/drain",
@@ -175,7 +175,7 @@ async def test_every_operation_answers_as_documented(gateway: Gateway) -> None:
         )
     assert (await call("GET", "/readyz")).status_code == 503
     await call("POST", "/v1/chat/completions", json=chat, headers={**tenant, "x-session-id": "s1"})  # 503
-    for url in WORKER_URLS:
+    for url in gateway.urls.values():
         await call(
             "POST",
             "/v1/admin/workers/{worker_id}/undrain",

@@ -47,7 +47,7 @@ async def test_metrics_count_turns_and_cached_prompt_tokens(gateway: Gateway) ->
     assert ok_turns == 2
     # kv_aware kept turn 2 on the idle worker holding its prefix on the device.
     assert samples['sessiongate_prompt_tokens_total{source="device"}'] > 0
-    assert samples['sessiongate_worker_healthy{worker="worker-a:30000"}'] == 1
+    assert samples[f'sessiongate_worker_healthy{{worker="{gateway.ids["worker-a"]}"}}'] == 1
     assert samples['sessiongate_http_requests_total{route="/v1/chat/completions",status="200"}'] == 2
 
 

@@ -188,14 +188,14 @@ async def test_admin_client_sessions_kv_workers_and_stats(tmp_path: Path) -> Non
         assert (await client.admin.sessions.update("ops-1", priority=5)).priority == 5
         retained = await client.admin.sessions.retain_kv("ops-1", ttl_ms=60_000)
         assert retained.operation == "retain"
-        assert {w.worker.split(":")[0] for w in retained.workers} == {"worker-a", "worker-b"}
+        assert {gw.name_of(w.worker) for w in retained.workers} == {"worker-a", "worker-b"}
         assert all(w.error is None for w in retained.workers)
         assert sum(w.tokens for w in retained.workers) > 0
         dropped = await client.admin.sessions.drop_kv("ops-1")
         assert dropped.operation == "drop"
 
         workers = await client.admin.workers.list()
-        assert {w.id.split(":")[0] for w in workers} == {"worker-a", "worker-b"}
+        assert {gw.name_of(w.id) for w in workers} == {"worker-a", "worker-b"}
         target = workers[0].id
         drained = await client.admin.workers.drain(target)
         assert (drained.draining, drained.routable) == (True, False)

@@ -53,7 +53,7 @@ async def _settled(gw: Gateway, session: str, count: int = 1) -> list[Any]:
 async def test_typing_prefetches_on_the_least_loaded_worker_and_the_turn_uses_it(make_gateway: Any) -> None:
     async with make_gateway(**FAST) as gw:
         first = await _turn(gw, "typing-1", [USER])
-        home = first["worker"].split(":")[0]
+        home = gw.name_of(first["worker"])
         other = "worker-b" if home == "worker-a" else "worker-a"
         gw.workers[home].queued = 40  # the session's worker gets busy (its load report says so)
         await asyncio.sleep(0.1)
@@ -62,7 +62,7 @@ async def test_typing_prefetches_on_the_least_loaded_worker_and_the_turn_uses_it
         assert answer.status_code == 202
         advisory = answer.json()
         assert advisory["state"] == "fired"
-        assert advisory["worker"].startswith(other)
+        assert advisory["worker"] == gw.ids[other]
         assert advisory["target"] == "device"
 
         async def prefetched() -> bool:
@@ -72,7 +72,7 @@ async def test_typing_prefetches_on_the_least_loaded_worker_and_the_turn_uses_it
 
         async def believed_resident() -> bool:
             kv = gw.state.router.belief.residency("typing-1", gw.state.router.clock())
-            return kv.device.get(f"{other}:30000", 0) > 0
+            return kv.device.get(gw.ids[other], 0) > 0
 
         await eventually(believed_resident)  # the prefetch outcome updated where the KV is believed to be
         sent = next(iter(gw.workers[other].prefetches.values()))["request"]
@@ -80,7 +80,7 @@ async def test_typing_prefetches_on_the_least_loaded_worker_and_the_turn_uses_it
         assert [m["role"] for m in sent.messages] == ["user", "assistant"]  # the session's context
 
         second = await _turn(gw, "typing-1", [USER, first["choices"][0]["message"], {"role": "user", "content": "go"}])
-        assert second["worker"].startswith(other)
+        assert second["worker"] == gw.ids[other]
         details = second["usage"]["prompt_tokens_details"]["cached_tokens_details"]
         assert details["device"] > 0  # the prefetch brought it from the pool to the device
         (settled,) = await _settled(gw, "typing-1")

@@ -17,7 +17,7 @@ async def _worker_of(gw: Any, session: str) -> str:
     headers = {"X-Session-Id": session}
     response = await gw.client.post("/v1/chat/completions", json={"messages": [USER]}, headers=headers)
     assert response.status_code == 200, response.text
-    return str(response.headers["x-sessiongate-worker"]).split(":")[0]
+    return str(gw.name_of(response.headers["x-sessiongate-worker"]))
 
 
 @pytest.mark.parametrize("policy", ["kv_aware", "dynamo_cost"])
@@ -47,7 +47,7 @@ async def test_new_sessions_avoid_a_worker_whose_device_memory_running_sequences
         gw.workers["worker-b"].device_kv_tokens_used = 1_000
 
         def views() -> dict[str, Any]:
-            return {w.id.split(":")[0]: w for w in gw.state.router.candidates()}
+            return {gw.name_of(w.id): w for w in gw.state.router.candidates()}
 
         for _ in range(100):
             if views()["worker-a"].active_kv_tokens == 31_000:

@@ -162,7 +162,7 @@ async def _tool_turn(gw: Gateway, session: str) -> tuple[dict[str, Any], str]:
         headers={"X-Session-Id": session},
     )
     assert response.status_code == 200, response.text
-    return response.json(), response.headers["x-sessiongate-worker"].split(":")[0]
+    return response.json(), gw.name_of(response.headers["x-sessiongate-worker"])
 
 
 async def _tool_call_advisory(gw: Gateway, session: str) -> Any:
@@ -185,7 +185,7 @@ async def _next_turn(gw: Gateway, session: str, first: dict[str, Any]) -> dict[s
     )
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
-    body["worker"] = response.headers["x-sessiongate-worker"].split(":")[0]
+    body["worker"] = gw.name_of(response.headers["x-sessiongate-worker"])
     return body
 
 
@@ -221,11 +221,11 @@ async def test_a_long_tool_lets_the_kv_go_and_prefetches_it_to_the_routers_pick_
         assert second["worker"] == other
         (settled,) = await _settled(gw, "long-1")
         # The store keeps the worker planned at the tool call (a retarget is logged, not written back).
-        assert (settled.kind, settled.outcome, settled.target_worker.split(":")[0]) == ("tool_call", "used", home)
+        assert (settled.kind, settled.outcome, gw.name_of(settled.target_worker)) == ("tool_call", "used", home)
 
 
 async def _reports_seen(gw: Gateway, worker: str) -> bool:
-    return any(w.id.startswith(worker) and w.queued == 40 for w in gw.state.router.candidates())
+    return any(w.id == gw.ids[worker] and w.queued == 40 for w in gw.state.router.candidates())
 
 
 async def _prefetched_on(gw: Gateway, worker: str) -> bool:

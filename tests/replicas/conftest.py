@@ -20,12 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
-from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
 from sessiongate.gateway.state import GatewayState
-from tests.conftest import WithLifespanState
-from tests.gateway.conftest import WORKER_URLS, HostDispatch
+from sessiongate.gateway.workers import worker_id_for
+from tests.conftest import WithLifespanState, fake_workers
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 WEBHOOK_SECRET = "replicas-webhook-secret"
@@ -101,6 +101,12 @@ class Replicas:
     a: Replica
     b: Replica
     workers: dict[str, FakeWorkerBehaviour]
+    # Each fake worker's worker id (`host:port`) by name ("worker-a", "worker-b").
+    ids: dict[str, str]
+
+    def name_of(self, worker_id: str) -> str:
+        """The fake worker's name for a worker id."""
+        return next(name for name, id_ in self.ids.items() if id_ == worker_id)
 
     @property
     def distributed(self) -> bool:
@@ -111,25 +117,22 @@ class Replicas:
 async def running_replicas(tmp_path: Path, **settings: Any) -> AsyncIterator[Replicas]:
     shared_pool: list[tuple[str, ...]] = []
     workers = {"worker-a": FakeWorkerBehaviour(pool=shared_pool), "worker-b": FakeWorkerBehaviour(pool=shared_pool)}
-    dispatch = HostDispatch({k: create_fake_worker(v) for k, v in workers.items()})
-    common: dict[str, Any] = {
-        "workers": WORKER_URLS,
-        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}",
-        "health_interval_s": 0.05,
-        "load_poll_interval_s": 0.02,
-        "allow_unauthenticated": True,
-        # Replicas must share the salt secret, or each would send its own cache salt and share no KV.
-        "cache_salt_secret": "replicas-salt",
-        "webhook_secret": WEBHOOK_SECRET,
-        **settings,
-    }
     async with contextlib.AsyncExitStack() as stack:
+        urls = await stack.enter_async_context(fake_workers(workers))
+        common: dict[str, Any] = {
+            "workers": tuple(urls.values()),
+            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}",
+            "health_interval_s": 0.05,
+            "load_poll_interval_s": 0.02,
+            "allow_unauthenticated": True,
+            # Replicas must share the salt secret, or each would send its own cache salt and share no KV.
+            "cache_salt_secret": "replicas-salt",
+            "webhook_secret": WEBHOOK_SECRET,
+            **settings,
+        }
         replicas = []
         for name in ("replica-a", "replica-b"):
-            app = create_app(
-                GatewaySettings(**common, instance_id=name),
-                worker_transport=httpx.ASGITransport(app=dispatch, raise_app_exceptions=False),
-            )
+            app = create_app(GatewaySettings(**common, instance_id=name))
             state = await stack.enter_async_context(app.router.lifespan_context(app))
             client = await stack.enter_async_context(
                 httpx.AsyncClient(
@@ -137,7 +140,8 @@ async def running_replicas(tmp_path: Path, **settings: Any) -> AsyncIterator[Rep
                 )
             )
             replicas.append(Replica(name, client, state["gateway"]))
-        yield Replicas(replicas[0], replicas[1], workers)
+        ids = {name: worker_id_for(url) for name, url in urls.items()}
+        yield Replicas(replicas[0], replicas[1], workers, ids)
 
 
 @pytest.fixture

@@ -53,7 +53,7 @@ async def test_typing_hint_on_one_replica_is_used_by_the_turn_on_the_other(make_
         first = await _turn(a, "hint-1", [USER])
         advisory = (await a.client.post("/v1/sessions/hint-1/typing", json={"state": "started"})).json()
         assert advisory["state"] == "fired"
-        target = advisory["worker"].split(":")[0]
+        target = replicas.name_of(advisory["worker"])
 
         async def prefetched() -> bool:
             return any(p["state"] == "done" for p in replicas.workers[target].prefetches.values())
@@ -158,7 +158,7 @@ async def test_with_redis_down_each_replica_decides_on_its_own_and_no_turn_fails
         first = await _turn(a, "down-1", [USER])
         advisory = (await a.client.post("/v1/sessions/down-1/typing", json={"state": "started"})).json()
         assert advisory["state"] == "fired"
-        target = advisory["worker"].split(":")[0]
+        target = rs.name_of(advisory["worker"])
 
         async def prefetched() -> bool:
             return any(p["state"] == "done" for p in rs.workers[target].prefetches.values())

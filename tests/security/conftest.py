@@ -1,5 +1,5 @@
 """Fixtures for the security tests: the real gateway app on a real SQLite store, keys required, an admin key,
-one fake worker speaking SGLang's HTTP API in-process (benchmarks.fake_worker)."""
+one fake worker speaking SGLang's HTTP API on a real localhost socket (benchmarks.fake_worker)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
+from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
-from tests.conftest import WithLifespanState
+from tests.conftest import WithLifespanState, fake_workers
 
 ADMIN_KEY = "admin-secret-for-tests"
-WORKER_URL = "http://worker-a:30000"
 
 
 @dataclass
@@ -46,21 +45,23 @@ def bearer(key: str) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def secure_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[SecureGateway]:
     behaviour = FakeWorkerBehaviour()
-    transport = httpx.ASGITransport(app=create_fake_worker(behaviour), raise_app_exceptions=False)
-    options: dict[str, Any] = {
-        "workers": (WORKER_URL,),
-        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}",
-        "health_interval_s": 0.05,
-        "admin_key": ADMIN_KEY,
-        # A test may run several of these on one store at once: each is a replica of its own (see the lease).
-        "instance_id": f"test-{secrets.token_hex(4)}",
-        **settings,
-    }
-    app = create_app(GatewaySettings(**options), worker_transport=transport)
-    async with app.router.lifespan_context(app) as state:
-        served = WithLifespanState(app, state)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://gateway") as client:
-            yield SecureGateway(client, behaviour, state["gateway"])
+    async with fake_workers({"worker": behaviour}) as urls:
+        options: dict[str, Any] = {
+            "workers": (urls["worker"],),
+            "database_url": f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}",
+            "health_interval_s": 0.05,
+            "admin_key": ADMIN_KEY,
+            # A test may run several of these on one store at once: each is a replica of its own (see the lease).
+            "instance_id": f"test-{secrets.token_hex(4)}",
+            **settings,
+        }
+        app = create_app(GatewaySettings(**options))
+        async with app.router.lifespan_context(app) as state:
+            served = WithLifespanState(app, state)
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=served), base_url="http://gateway"
+            ) as client:
+                yield SecureGateway(client, behaviour, state["gateway"])
 
 
 @pytest.fixture

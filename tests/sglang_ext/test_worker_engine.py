@@ -109,7 +109,7 @@ def test_extending_a_conversation_reports_cached_tokens(client: httpx.Client) ->
         "device": cached,
         "host": 0,
         "storage": 0,
-        "storage_backend": "HiCacheFile",
+        "storage_backend": "CheckedFileStore",  # the default pool: every page verified
     }
 
 
