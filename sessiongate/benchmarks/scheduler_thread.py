@@ -59,13 +59,13 @@ def _ms(
 
 def parse_and_hash(tokens: list[int], page: int, repeats: int) -> list[tuple[str, float, float]]:
     from sessiongate.sglang_ext.call_payload import pack_hashes, pack_tokens, unpack_hashes, unpack_tokens
-    from sessiongate.sglang_ext.internals import kv_ops
+    from sessiongate.sglang_ext.internals import pool_pages
 
     fields = {"session_id": "s", "cache_salt": None, "priority": 1, "ttl_ms": 30_000}
     legacy_body = json.dumps({**fields, "input_ids": tokens})
     small_body, packed = json.dumps(fields), pack_tokens(tokens)
     context = array("q", tokens)
-    hashes = kv_ops.context_page_hashes(context, None, page)
+    hashes = pool_pages.context_page_hashes(context, None, page)
     packed_hashes = pack_hashes(hashes)
 
     def parse_before() -> None:
@@ -80,7 +80,7 @@ def parse_and_hash(tokens: list[int], page: int, repeats: int) -> list[tuple[str
         ("parse", _ms(parse_before, repeats), _ms(parse_after, repeats)),
         (
             "hash",
-            _ms(lambda: kv_ops.context_page_hashes(context, None, page), repeats),
+            _ms(lambda: pool_pages.context_page_hashes(context, None, page), repeats),
             _ms(lambda: unpack_hashes(packed_hashes), repeats),
         ),
     ]
@@ -89,13 +89,13 @@ def parse_and_hash(tokens: list[int], page: int, repeats: int) -> list[tuple[str
 def pool_operations(tokens: list[int], page: int, repeats: int) -> list[tuple[str, float, float]]:
     import torch
 
-    from sessiongate.sglang_ext.internals import kv_ops
+    from sessiongate.sglang_ext.internals import pool_pages
     from sessiongate.sglang_ext.internals.bench_rigs import file_pool
     from sessiongate.sglang_ext.internals.scheduler_ops import RETAIN_POOL_WAIT_S
     from sessiongate.sglang_ext.pool_janitor import PoolJanitor
     from sessiongate.sglang_ext.pool_probe import PoolProbe
 
-    hashes = kv_ops.context_page_hashes(array("q", tokens), None, page)
+    hashes = pool_pages.context_page_hashes(array("q", tokens), None, page)
     page_value = torch.zeros(1024, dtype=torch.uint8)  # the file's size does not change an unlink's cost
     rows = []
     with tempfile.TemporaryDirectory(prefix="scheduler-thread-") as directory:
@@ -113,9 +113,9 @@ def pool_operations(tokens: list[int], page: int, repeats: int) -> list[tuple[st
                 time.sleep(0.001)
             write_pages()
 
-        before = _ms(lambda: kv_ops.delete_pool_pages(cache, hashes), repeats, setup=write_pages)
+        before = _ms(lambda: pool_pages.delete_pool_pages(cache, hashes), repeats, setup=write_pages)
         after = _ms(
-            lambda: tickets.append(janitor.submit(kv_ops.pool_page_deletion(cache, hashes))),
+            lambda: tickets.append(janitor.submit(pool_pages.pool_page_deletion(cache, hashes))),
             repeats,
             setup=idle_janitor_and_pages,
         )
@@ -128,7 +128,7 @@ def pool_operations(tokens: list[int], page: int, repeats: int) -> list[tuple[st
         def probed(wait_s: float) -> float:
             probe = PoolProbe(wait_s)
             # The longest wait: a question still running makes the next ones answer at once.
-            figure = _ms(lambda: kv_ops.pool_pages_present(cache, hashes, probe), repeats, statistic=max)
+            figure = _ms(lambda: pool_pages.pool_pages_present(cache, hashes, probe), repeats, statistic=max)
             probe.close()
             time.sleep(0.2)  # the question left running finishes before the next one
             return figure

@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from sessiongate.sglang_ext.call_payload import pack_hashes, pack_tokens
-from sessiongate.sglang_ext.internals import http_ops, kv_ops, patches
+from sessiongate.sglang_ext.internals import http_ops, plugin_ops, pool_pages
 from sessiongate.sglang_ext.protocol import (
     ErrorDetail,
     ErrorResponse,
@@ -87,7 +87,7 @@ class Endpoints:
 
     async def load(self) -> JSONResponse:
         figures = http_ops.load_snapshot()
-        facts = patches.server_facts()
+        facts = plugin_ops.server_facts()
         stats = await self._scheduler_stats()
         if figures is None:
             return error_response(503, "not_ready", "the scheduler has not published a load snapshot yet")
@@ -206,7 +206,7 @@ class Endpoints:
             call["floor_tokens"] = len(kept)
         # The L3 keys of the context's pages, hashed here (a thread of the HTTP process), not on the scheduler's.
         hashes = await asyncio.to_thread(
-            kv_ops.context_page_hashes, array("q", input_ids), body.cache_salt, http_ops.model_facts().page_size
+            pool_pages.context_page_hashes, array("q", input_ids), body.cache_salt, http_ops.model_facts().page_size
         )
         result = await self._call(operation, call, tokens=pack_tokens(input_ids), hashes=pack_hashes(hashes))
         if isinstance(result, JSONResponse):

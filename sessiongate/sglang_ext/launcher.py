@@ -15,7 +15,6 @@ the launcher imports nothing of SGLang or torch.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, eq
 from sessiongate.sglang_ext.hardware import has_cuda
 from sessiongate.sglang_ext.models import MODELS, model_dir
 from sessiongate.sglang_ext.plugin import ENABLE_ENV, TINY_TOOL_CALL_PARSER
+from sessiongate.sglang_ext.pool_backends import DIRECTORY_POOLS, storage_args
 from sessiongate.sglang_ext.ports import PortClaims, PortTaken
 from sessiongate.sglang_ext.tiny_model import is_complete
 from sessiongate.sglang_ext.worker_config import (
@@ -41,9 +41,6 @@ from sessiongate.sglang_ext.worker_config import (
 from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError
 
 __all__ = [
-    "FILE_BACKEND",
-    "POOL_NAMES",
-    "UNCHECKED_FILE_BACKEND",
     "WorkerConfig",
     "WorkerProcess",
     "WorkerStartError",
@@ -57,43 +54,6 @@ __all__ = [
 # SGLang's file backend reads its directory from this variable before anything else: one left in
 # the environment would silently point a worker away from its configured pool.
 _FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
-_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-# The default pool: SGLang's `file` layout with every page verified when read
-# (sessiongate/sglang_ext/internals/checked_file_store.py).
-FILE_BACKEND = "file"
-# SGLang's own `file` backend, which serves whatever bytes a page file holds: for measuring what verification
-# costs (`benchmarks.pool_checksum_bench`), not for serving.
-UNCHECKED_FILE_BACKEND = "file-unchecked"
-_FILE_PLUGIN: dict[str, object] = {
-    "backend_name": FILE_BACKEND,
-    "module_path": "sessiongate.sglang_ext.internals.checked_file_store",
-    "class_name": "CheckedFileStore",
-}
-# Loaded through the `dynamic` backend too, so that the worker reports the pool's name as configured.
-_UNCHECKED_FILE_PLUGIN: dict[str, object] = {
-    "backend_name": UNCHECKED_FILE_BACKEND,
-    "module_path": "sglang.srt.mem_cache.hicache_storage",
-    "class_name": "HiCacheFile",
-}
-# SGLang's Mooncake backend with every object verified when read, which stops asking a dead master for a while
-# (sessiongate/sglang_ext/internals/guarded_mooncake_store.py); `interface_v1`: SGLang's zero-copy calls, as for
-# `mooncake`.
-_MOONCAKE_PLUGIN: dict[str, object] = {
-    "backend_name": "mooncake",
-    "module_path": "sessiongate.sglang_ext.internals.guarded_mooncake_store",
-    "class_name": "GuardedMooncakeStore",
-    "interface_v1": 1,
-}
-# The pools sessiongate names, each loaded through SGLang's `dynamic` storage backend.
-_PLUGIN_POOLS: dict[str, dict[str, object]] = {
-    FILE_BACKEND: _FILE_PLUGIN,
-    UNCHECKED_FILE_BACKEND: _UNCHECKED_FILE_PLUGIN,
-    "mooncake": _MOONCAKE_PLUGIN,
-}
-POOL_NAMES = tuple(_PLUGIN_POOLS)
-"""`WorkerConfig.storage_backend` values sessiongate knows (any other is passed to SGLang as is)."""
-# The pools that keep their pages in `WorkerConfig.pool_dir`.
-_DIRECTORY_POOLS = (FILE_BACKEND, UNCHECKED_FILE_BACKEND)
 # With priority eviction: the priority of a request that names none. Above 0, so a request sent with
 # priority 0 (a one-off) is evicted before any session's KV.
 DEFAULT_REQUEST_PRIORITY = 1
@@ -218,22 +178,7 @@ def build_command(config: WorkerConfig) -> list[str]:
         io_backend = config.hicache_io_backend or ("direct" if on_cpu else None)
         if io_backend is not None:
             command += ["--hicache-io-backend", io_backend]
-        if config.storage_backend is not None:
-            sglang_backend = "dynamic" if config.storage_backend in _PLUGIN_POOLS else config.storage_backend
-            command += [
-                "--hicache-storage-backend",
-                sglang_backend,
-                "--hicache-storage-prefetch-policy",
-                config.prefetch_policy,
-            ]
-            extra = _storage_extra_config(config)
-            if extra:
-                command += ["--hicache-storage-backend-extra-config", json.dumps(extra, sort_keys=True)]
-            if config.storage_backend == "mooncake" and not on_cpu:
-                # SGLang moves a `mooncake` pool off its default layer-first host layout, which Mooncake
-                # cannot transfer; it does not know that our `dynamic` one is Mooncake. (CPU: the direct
-                # io backend already implies page_first_direct.)
-                command += ["--hicache-mem-layout", "page_first"]
+        command += storage_args(config, on_cpu=on_cpu)
     return command + list(config.extra_args)
 
 
@@ -242,28 +187,6 @@ def _mem_fraction_static(config: WorkerConfig) -> float | None:
     if config.mem_fraction_static is not None or config.gpu_share == 1:
         return config.mem_fraction_static
     return equal_gpu_fraction(config.gpu_share)
-
-
-def _storage_extra_config(config: WorkerConfig) -> dict[str, object]:
-    """SGLang's `--hicache-storage-backend-extra-config` for the configured pool."""
-    extra: dict[str, object] = dict(_PLUGIN_POOLS.get(config.storage_backend or "", {}))
-    if config.storage_backend in _DIRECTORY_POOLS:
-        extra["file_storage_path"] = str(config.effective_pool_dir)
-    elif config.storage_backend == "mooncake":
-        extra.update(
-            master_server_address=config.mooncake_master,
-            metadata_server=config.mooncake_metadata_server,
-            global_segment_size=config.mooncake_segment_bytes,
-            protocol=config.mooncake_protocol,
-        )
-        # The address the other workers' transfer engines reach this one's segment at.
-        if config.mooncake_local_hostname is not None:
-            extra["local_hostname"] = config.mooncake_local_hostname
-        elif config.host not in _WILDCARD_HOSTS:
-            extra["local_hostname"] = config.host
-    if config.prefetch_threshold is not None:
-        extra["prefetch_threshold"] = config.prefetch_threshold
-    return extra
 
 
 HEALTH_GENERATION_ENV = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
@@ -350,7 +273,7 @@ def start_worker(config: WorkerConfig) -> WorkerProcess:
     _ensure_model(config, env)
     log_file = config.effective_log_file
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    if config.storage_backend in _DIRECTORY_POOLS:
+    if config.storage_backend in DIRECTORY_POOLS:
         config.effective_pool_dir.mkdir(parents=True, exist_ok=True)
     claims = PortClaims()  # this worker's own: released when it stops
     config = _claim_ports(config, claims)

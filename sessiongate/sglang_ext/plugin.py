@@ -16,7 +16,7 @@ tree core included).
 
 What it adds:
 - in every process: the tool-call parser `TINY_TOOL_CALL_PARSER` (Qwen2.5's format, with forced
-  calls constrained by JSON schema; see `patches.register_json_required_tool_parser`),
+  calls constrained by JSON schema; see `plugin_ops.register_json_required_tool_parser`),
   which the launcher selects for the tiny random-weight models;
 - in every process: the extension's IPC types (`internals.ipc`), known to SGLang's codec;
 - in the HTTP server process: a check of SGLang's arguments before anything loads (`internals.startup_check`:
@@ -36,7 +36,7 @@ import multiprocessing
 import os
 
 from sessiongate.sglang_ext.cpu_compat import active_hooks
-from sessiongate.sglang_ext.internals import patches
+from sessiongate.sglang_ext.internals import patches, plugin_ops
 from sessiongate.sglang_ext.protocol import INFO_PATH, LOAD_PATH, PREFETCH_PATH, SESSIONS_PATH, WorkerInfo
 
 __all__ = ["ENABLE_ENV", "TINY_TOOL_CALL_PARSER", "enabled", "load_plugin", "worker_info"]
@@ -59,7 +59,7 @@ def _is_http_server_process() -> bool:
 
 
 def worker_info() -> WorkerInfo:
-    facts = patches.server_facts()
+    facts = plugin_ops.server_facts()
     return WorkerInfo(
         version=importlib.metadata.version("sessiongate"),
         sglang_version=patches.installed_sglang_version(),
@@ -89,7 +89,7 @@ def load_plugin() -> None:
             )
         return
     patches.require_supported_version()
-    patches.register_json_required_tool_parser(TINY_TOOL_CALL_PARSER)
+    plugin_ops.register_json_required_tool_parser(TINY_TOOL_CALL_PARSER)
     # Imported here: these modules import SGLang, which only its own processes have loaded.
     from sessiongate.sglang_ext.internals import ipc, kv_ops, scheduler_hooks
 
@@ -101,7 +101,7 @@ def load_plugin() -> None:
 
         install_startup_check()  # TP/PP/DP > 1 or several tokenizer workers: refused before the model loads
 
-        patches.add_http_get_route(INFO_PATH, _info_endpoint)
+        plugin_ops.add_http_get_route(INFO_PATH, _info_endpoint)
         endpoints = Endpoints()
         add_route(LOAD_PATH, endpoints.load, ["GET"])
         add_route(PREFETCH_PATH, endpoints.start_prefetch, ["POST"])

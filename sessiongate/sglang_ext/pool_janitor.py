@@ -2,7 +2,7 @@
 
 A drop deletes one page file per page of the session (a 128k-token context: 2,000 `unlink`s, ~50 ms here), and a
 no-keep request's settle its own pages: on the scheduler's thread that time was taken from every running request's
-next step, without bound. `PoolJanitor.submit(job)` queues the job (`kv_ops.pool_page_deletion`'s file-system part)
+next step, without bound. `PoolJanitor.submit(job)` queues the job (`pool_pages.pool_page_deletion`'s file-system part)
 on one thread of its own and returns a ticket at once; `outcome(ticket)` answers, without waiting, the hashes whose
 pages went once the job is done (None while it runs). A drop's reply carries its ticket, and the HTTP process asks
 the scheduler for the outcome until it is done (`endpoints`): the scheduler's thread never waits for the pool.

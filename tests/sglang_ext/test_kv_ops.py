@@ -78,9 +78,9 @@ class Worker:
         return kv_ops.tier_tokens(kv_ops.session_pages(self.cache, array("q", tokens), None))
 
     def pool_pages(self, tokens: list[int]) -> int:
-        from sessiongate.sglang_ext.internals import kv_ops
+        from sessiongate.sglang_ext.internals import pool_pages
 
-        hashes = kv_ops.context_page_hashes(array("q", tokens), None, PAGE)
+        hashes = pool_pages.context_page_hashes(array("q", tokens), None, PAGE)
         return sum(1 for page in hashes if any(self.pool.glob(f"{page}*.bin")))
 
     def evict(self, tokens: int) -> None:
@@ -323,7 +323,7 @@ def test_retain_raises_a_session_until_its_ttl(workers: tuple[Worker, Worker]) -
 def test_drop_removes_the_session_from_every_tier_and_keeps_the_shared_prefix(
     workers: tuple[Worker, Worker],
 ) -> None:
-    from sessiongate.sglang_ext.internals import kv_ops
+    from sessiongate.sglang_ext.internals import pool_pages
 
     consumer, _ = workers
     system = context(2)
@@ -348,7 +348,7 @@ def test_drop_removes_the_session_from_every_tier_and_keeps_the_shared_prefix(
     # ...and the system prompt they shared, and the other session, are untouched.
     assert consumer.tiers(second) == (5 * PAGE, 5 * PAGE)
     assert consumer.pool_pages(second) == 5
-    second_pages = kv_ops.context_page_hashes(array("q", second), None, PAGE)
+    second_pages = pool_pages.context_page_hashes(array("q", second), None, PAGE)
     assert consumer.cache.cache_controller.storage_backend.batch_exists(second_pages) == 5
 
 

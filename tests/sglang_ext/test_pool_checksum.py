@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from sessiongate.sglang_ext.launcher import FILE_BACKEND, UNCHECKED_FILE_BACKEND, build_command
+from sessiongate.sglang_ext.launcher import build_command
+from sessiongate.sglang_ext.pool_backends import FILE_BACKEND, UNCHECKED_FILE_BACKEND
 from sessiongate.sglang_ext.worker_config import WorkerConfig
 
 PAGE_BYTES = 64 * 512  # one page of 64 tokens, 512 bytes of KV per token
@@ -210,7 +211,7 @@ def test_the_launcher_loads_both_file_pools_through_sglangs_dynamic_backend(
 ) -> None:
     from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 
-    from sessiongate.sglang_ext.internals.patches import _pool_name
+    from sessiongate.sglang_ext.internals.plugin_ops import _pool_name
 
     command = build_command(WorkerConfig(state_dir=tmp_path, device="cpu", storage_backend=pool))
     backend = command[command.index("--hicache-storage-backend") + 1]

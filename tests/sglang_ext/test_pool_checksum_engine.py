@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from sessiongate.sglang_ext.hardware import cores_per_worker
-from sessiongate.sglang_ext.launcher import FILE_BACKEND, WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
+from sessiongate.sglang_ext.pool_backends import FILE_BACKEND
 from sessiongate.sglang_ext.protocol import (
     INFO_PATH,
     LOAD_PATH,

@@ -2,15 +2,15 @@
 
 The package is split along the process seam:
 
-- `patches`: the version pin (`require_supported_version`), the CPU patches `cpu_compat` applies,
-  and what the plug-in reads from and adds to SGLang's server (the info route, the tool parser);
-
+- `patches`: the version pin (`require_supported_version`) and the CPU patches `cpu_compat` applies;
+  `plugin_ops`: what the plug-in reads from and adds to SGLang's server (the server's facts, the info
+  route, the tool parser);
 - `ipc`: the request/reply types the HTTP process and the scheduler exchange over SGLang's own
   ZMQ channels (registered with its msgpack codec), and the hooks that install them;
 - `scheduler_ops`: what runs on the scheduler's thread (`SchedulerExtension`): the prefetches from the
   L3 pool into host and device memory with UnifiedRadixCache's own machinery (`prefetch_jobs`, the
-  copies a batch must wait for in `load_guard`), the session KV operations (`session_kv_ops`), and the
-  counters the load report needs; `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
+  copies a batch must wait for in `load_guard`), the session KV operations (`session_kv_ops`; the
+  tree walks in `kv_ops`, the pool's pages in `pool_pages`), and the counters the load report needs; `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
 - `http_ops`: what runs in the HTTP server process: routes on SGLang's FastAPI app, the chat
   template rendering of the OpenAI endpoint, the scheduler's published load snapshot, and the
   awaitable calls into the scheduler;

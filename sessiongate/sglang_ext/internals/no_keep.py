@@ -22,7 +22,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from sessiongate.sglang_ext.internals import kv_ops
+from sessiongate.sglang_ext.internals import kv_ops, pool_pages
 from sessiongate.sglang_ext.kv_fate import KVFate
 from sessiongate.sglang_ext.pool_janitor import PoolJanitor
 from sessiongate.sglang_ext.protocol import NO_KEEP_RID_PREFIX
@@ -126,11 +126,11 @@ class NoKeepRequests:
     def _delete_from_pool(self, request: _Request) -> None:
         """Pages that reached the pool anyway (written before the request was registered)."""
         page_size = int(self._cache.page_size)
-        hashes = kv_ops.context_page_hashes(
+        hashes = pool_pages.context_page_hashes(
             request.token_ids(), request.req.cache_salt, page_size, request.req.extra_key
         )
         try:
-            deletion = kv_ops.pool_page_deletion(self._cache, hashes[request.floor_tokens // page_size :])
+            deletion = pool_pages.pool_page_deletion(self._cache, hashes[request.floor_tokens // page_size :])
             if self._janitor is not None:
                 self._janitor.submit(deletion)  # off the scheduler's thread; nobody asks for the outcome
             else:

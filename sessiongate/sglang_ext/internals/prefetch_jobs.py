@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sessiongate.sglang_ext.internals import kv_ops
+from sessiongate.sglang_ext.internals import kv_ops, pool_pages
 from sessiongate.sglang_ext.internals.ipc import CallError
 from sessiongate.sglang_ext.internals.load_guard import LoadGuard
 from sessiongate.sglang_ext.kv_budget import DemandItem, device_prefetch_quota
@@ -79,7 +79,7 @@ def page_hashes(body: dict[str, Any], token_ids: array[int], cache_salt: str | N
     hashes = body.get("page_hashes")
     if hashes is not None:
         return list(hashes)
-    return kv_ops.context_page_hashes(token_ids, cache_salt, page_size)
+    return pool_pages.context_page_hashes(token_ids, cache_salt, page_size)
 
 
 class PrefetchJobs:

@@ -12,7 +12,7 @@ import time
 from array import array
 from typing import Any
 
-from sessiongate.sglang_ext.internals import kv_ops
+from sessiongate.sglang_ext.internals import kv_ops, pool_pages
 from sessiongate.sglang_ext.internals.ipc import CallError
 from sessiongate.sglang_ext.internals.prefetch_jobs import PrefetchJobs, page_hashes, token_ids_of
 from sessiongate.sglang_ext.kv_fate import KVFate
@@ -68,7 +68,7 @@ class SessionKVOps:
         self._fate.hold(pages.nodes, int(body["priority"]), ttl_s, time.monotonic())
         device, host = kv_ops.tier_tokens(pages)
         hashes = page_hashes(body, token_ids, cache_salt, self._page_size)
-        in_pool = kv_ops.pool_pages_present(self._cache, hashes, self._pool_probe) * self._page_size
+        in_pool = pool_pages.pool_pages_present(self._cache, hashes, self._pool_probe) * self._page_size
         return self._kv_result(
             body, "retain", len(token_ids), device_tokens=device, host_tokens=host, storage_tokens=in_pool
         )
@@ -83,7 +83,7 @@ class SessionKVOps:
         outcome, pool_hashes = kv_ops.drop_pages(self._cache, self._fate, pages, hashes, floor_tokens=floor)
         try:
             # The files go on the janitor's thread: the reply carries its ticket, the caller asks for the outcome.
-            ticket: str | None = self._janitor.submit(kv_ops.pool_page_deletion(self._cache, pool_hashes))
+            ticket: str | None = self._janitor.submit(pool_pages.pool_page_deletion(self._cache, pool_hashes))
         except kv_ops.Unsupported as error:
             logger.warning("sessiongate drop of %s: pool pages stay: %s", session_id, error)
             ticket = None
