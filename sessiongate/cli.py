@@ -22,7 +22,7 @@ __all__ = ["main"]
 def _serve(args: argparse.Namespace) -> int:
 
     from sessiongate.gateway.app import create_app
-    from sessiongate.gateway.logs import configure
+    from sessiongate.gateway.observability.logs import configure
     from sessiongate.gateway.server_protocol import run_server
     from sessiongate.gateway.settings import GatewaySettings
 
@@ -125,7 +125,7 @@ def _keys(args: argparse.Namespace) -> int:
         upgrade_sync(settings.database_url)
 
     async def run() -> int:
-        from sessiongate.gateway.tenancy import create_key, revoke_key
+        from sessiongate.gateway.api.tenancy import create_key, revoke_key
 
         store = SqlSessionStore(create_engine(settings.database_url))
         try:

@@ -46,11 +46,11 @@ FENCED = (
     Fenced("connection_made", "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol", "gateway/server_protocol.py"),
     Fenced("loop", "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol", "gateway/server_protocol.py"),
     # Starlette: the chat route's Request reads the body without Request.stream's async generator.
-    Fenced("_receive", "starlette.requests:Request", "gateway/chat_route.py"),
-    Fenced("_stream_consumed", "starlette.requests:Request", "gateway/chat_route.py"),
-    Fenced("_is_disconnected", "starlette.requests:Request", "gateway/chat_route.py"),
-    Fenced("_body", "starlette.requests:Request", "gateway/chat_route.py"),
-    Fenced("_headers", "starlette.requests:Request", "gateway/chat_route.py"),
+    Fenced("_receive", "starlette.requests:Request", "gateway/turn/route.py"),
+    Fenced("_stream_consumed", "starlette.requests:Request", "gateway/turn/route.py"),
+    Fenced("_is_disconnected", "starlette.requests:Request", "gateway/turn/route.py"),
+    Fenced("_body", "starlette.requests:Request", "gateway/turn/route.py"),
+    Fenced("_headers", "starlette.requests:Request", "gateway/turn/route.py"),
     # SQLAlchemy: the store's raw SQLite path compiles a statement once and binds and converts values itself.
     Fenced("_bind_processors", "sqlalchemy.sql.compiler:SQLCompiler", "sessions/_raw.py"),
     Fenced("_result_columns", "sqlalchemy.sql.compiler:SQLCompiler", "sessions/_raw.py"),

@@ -3,9 +3,10 @@ pyproject.toml) and, on the same import graph (grimp's), no import cycle among t
 
 A module's imports count wherever they are: at module level, under TYPE_CHECKING or inside a function. A cycle hidden
 in a function-level import still means two modules that cannot be understood, or split, one without the other
-(sessiongate/gateway/chat.py and sessiongate/gateway/relay.py were such a pair until the turn's ending moved to
-sessiongate/gateway/turn.py). import-linter's own `acyclic_siblings` contract cannot say this: it takes a subpackage as
-one node, so two subpackages whose modules import each other's without a cycle among modules count as a cycle.
+(sessiongate/gateway/turn/chat.py and sessiongate/gateway/turn/relay.py were such a pair until the turn's ending
+moved to sessiongate/gateway/turn/context.py). import-linter's own `acyclic_siblings` contract cannot say this: it takes
+a subpackage as one node, so two subpackages whose modules import each other's without a cycle among modules count as a
+cycle.
 """
 
 from __future__ import annotations

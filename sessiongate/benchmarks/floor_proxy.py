@@ -2,8 +2,8 @@
 
 A bare ASGI app on the same server as `sessiongate serve` (uvicorn, uvloop, httptools, no access log) that sends
 each `POST /v1/chat/completions` to a worker picked by its `x-session-id` and relays the answer, streamed or not,
-through the gateway's own HTTP/1.1 client (`gateway.http1`). It parses the request's JSON and writes it back with
-the fields the gateway adds, as the gateway must, and does nothing else: no store, no routing state, no
+through the gateway's own HTTP/1.1 client (`gateway.workers.http1`). It parses the request's JSON and writes it
+back with the fields the gateway adds, as the gateway must, and does nothing else: no store, no routing state, no
 advisories, no limits, no metrics, no validation beyond "a JSON object". `benchmarks.router_overhead` runs it in
 the same phases as sessiongate and the Rust gateways, so the table shows which part of sessiongate's cost per turn
 is the product (recording every turn, routing on load and KV, advisories) and which the language and server.
@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from sessiongate.gateway.http1 import Http1Pool, ProtocolError
 from sessiongate.gateway.server_protocol import run_server
+from sessiongate.gateway.workers.http1 import Http1Pool, ProtocolError
 
 __all__ = ["FloorProxy"]
 

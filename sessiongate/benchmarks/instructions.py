@@ -123,7 +123,7 @@ async def _system(system: str, workers: Sequence[str], *, stream: bool) -> Async
 async def _gateway(workers: Sequence[str]) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
     from sessiongate import sessions
     from sessiongate.gateway.app import create_app
-    from sessiongate.gateway.logs import configure
+    from sessiongate.gateway.observability.logs import configure
     from sessiongate.gateway.settings import GatewaySettings
 
     with tempfile.TemporaryDirectory() as work_dir:

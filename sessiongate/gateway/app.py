@@ -23,21 +23,14 @@ from starlette.routing import Route
 
 from sessiongate import sessions
 
-from .admin_api import admin_routes
-from .auth import authentication_mode
-from .chat import chat_completions
-from .chat_route import ChatRoute
-from .errors import exception_handlers
-from .health import healthz, list_models, metrics, readyz
-from .keys_api import key_routes
-from .lifecycle import close_session, fork_session
-from .limits import TenantLimits
-from .metrics import GatewayMetrics
-from .middleware import BodyLimit, HeaderLimit, RequestContext
-from .openai_responses import create_response, delete_response, get_response, list_input_items
-from .openapi import openapi_json
-from .routing import RoutingPolicy
-from .sessions_api import (
+from .api.admin import admin_routes
+from .api.auth import authentication_mode
+from .api.health import healthz, list_models, metrics, readyz
+from .api.keys import key_routes
+from .api.lifecycle import close_session, fork_session
+from .api.middleware import BodyLimit, HeaderLimit, RequestContext
+from .api.openapi import openapi_json
+from .api.sessions import (
     create_session,
     delete_session,
     get_session,
@@ -46,16 +39,23 @@ from .sessions_api import (
     list_turns,
     update_session,
 )
+from .api.signals import signal_routes
+from .api.tenancy import CacheSalts, KeyRing
+from .errors import exception_handlers
+from .observability.metrics import GatewayMetrics
+from .observability.tracing import Tracing, tracing_from_environ
+from .openai_responses import create_response, delete_response, get_response, list_input_items
+from .routing import RoutingPolicy
 from .settings import GatewaySettings
 from .shared import make_shared
-from .signals_api import signal_routes
 from .state import GatewayState
-from .tenancy import CacheSalts, KeyRing
-from .tracing import Tracing, tracing_from_environ
-from .upstream import WorkerClient, make_chat_pool, make_http_client, worker_ssl_context
-from .webui import ui_routes
+from .turn.chat import chat_completions
+from .turn.limits import TenantLimits
+from .turn.route import ChatRoute
+from .webui.page import ui_routes
 from .wiring import start_routing
-from .workers import WorkerPool
+from .workers.pool import WorkerPool
+from .workers.upstream import WorkerClient, make_chat_pool, make_http_client, worker_ssl_context
 
 __all__ = ["DuplicateInstance", "create_app"]
 
@@ -98,7 +98,7 @@ def create_app(
     tracing: Tracing | None = None,
 ) -> Starlette:
     """The gateway app. `tracing`: the test seam for traces; by default the standard `OTEL_*` variables decide
-    (read when the lifespan starts: gateway.tracing)."""
+    (read when the lifespan starts: gateway.observability.tracing)."""
     gateway_metrics = GatewayMetrics()
 
     @contextlib.asynccontextmanager

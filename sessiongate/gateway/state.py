@@ -10,18 +10,18 @@ from starlette.requests import Request
 from sessiongate import sessions
 
 from .advisor import Advisor, WebhookVerifier
-from .extension import ExtensionClient
-from .limits import TenantLimits
-from .metrics import GatewayMetrics
-from .router import Router
+from .api.tenancy import CacheSalts, KeyRing
+from .observability.metrics import GatewayMetrics
+from .observability.tracing import NO_TRACING, Tracing
 from .routing import RoutingPolicy
+from .routing.router import Router
 from .settings import GatewaySettings
 from .shared import SharedState
-from .tenancy import CacheSalts, KeyRing
-from .tracing import NO_TRACING, Tracing
-from .turn_sharing import OneReplica
-from .upstream import WorkerClient
-from .workers import WorkerPool
+from .turn.limits import TenantLimits
+from .turn.sharing import OneReplica
+from .workers.extension import ExtensionClient
+from .workers.pool import WorkerPool
+from .workers.upstream import WorkerClient
 
 __all__ = ["GatewayState", "gateway_state"]
 
@@ -49,7 +49,8 @@ class GatewayState:
     # This replica's name and this process's run (see `GatewaySettings.instance_id`).
     instance: str = ""
     run: str = ""
-    # OpenTelemetry traces (NO_TRACING unless the OTEL_* variables configure an exporter: gateway.tracing).
+    # OpenTelemetry traces (NO_TRACING unless the OTEL_* variables configure an exporter:
+    # gateway.observability.tracing).
     tracing: Tracing = NO_TRACING
 
 

@@ -19,17 +19,17 @@ from sessiongate import sessions
 
 from .advisor import Advisor, WebhookVerifier
 from .advisor.toolkv import ToolKVPolicy
-from .extension import ExtensionClient
-from .http1 import Http1Pool
-from .limits import TenantLimits
-from .load import LoadPoller
-from .router import Router
+from .observability.tracing import NO_TRACING, Tracing
 from .routing import CostModel, KVBelief, RoutingPolicy, make_policy
+from .routing.router import Router
 from .settings import GatewaySettings
 from .shared import SharedState
-from .tracing import NO_TRACING, Tracing
-from .turn_sharing import OneReplica, turn_sharing
-from .workers import WorkerPool
+from .turn.limits import TenantLimits
+from .turn.sharing import OneReplica, turn_sharing
+from .workers.extension import ExtensionClient
+from .workers.http1 import Http1Pool
+from .workers.load import LoadPoller
+from .workers.pool import WorkerPool
 
 __all__ = ["RoutingParts", "start_routing"]
 

@@ -2,7 +2,7 @@
 overrides set and listed.
 
 The store only ever sees a key's sha256 (`secret_hash`) and its short `prefix`; making the secret, hashing it
-and showing it once is the gateway's business (`gateway.tenancy`). Creating a key creates its tenant on first
+and showing it once is the gateway's business (`gateway.api.tenancy`). Creating a key creates its tenant on first
 use, as a session does. Revoking is a timestamp, not a delete, so listings keep the history of a tenant's keys.
 """
 

@@ -199,7 +199,7 @@ class Turn(Base):
     gateway_instance: Mapped[str | None] = mapped_column(String(128))
     gateway_run: Mapped[str | None] = mapped_column(String(32))
     # How the request named its session: "header", "body", "inferred" (no name: its messages extended this
-    # session's context, `gateway/implicit.py`), "response" (a Responses API chain), "new" (none: a new session).
+    # session's context, `gateway/turn/implicit.py`), "response" (a Responses API chain), "new" (none: a new session).
     session_source: Mapped[str | None] = mapped_column(String(16))
     # Where its resent history first differed from the stored context (`prefix_breaks.PrefixBreak`); None if not.
     prefix_break: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)

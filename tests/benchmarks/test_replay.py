@@ -16,7 +16,7 @@ from sessiongate.benchmarks.replay.text import SyntheticText
 from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
-from sessiongate.gateway.workers import worker_id_for
+from sessiongate.gateway.workers.pool import worker_id_for
 from tests.conftest import fake_workers
 
 pytestmark = pytest.mark.anyio

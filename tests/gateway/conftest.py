@@ -17,7 +17,7 @@ import uvicorn
 from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
-from sessiongate.gateway.workers import worker_id_for
+from sessiongate.gateway.workers.pool import worker_id_for
 from sessiongate.sglang_ext.ports import pick_port
 from tests.conftest import WithLifespanState, fake_workers
 

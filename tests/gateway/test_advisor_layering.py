@@ -1,5 +1,5 @@
 """The advisor is below the HTTP layer: no module of sessiongate/gateway/advisor/ imports, even through others, the
-gateway's state, app or API handlers (the signal endpoints are sessiongate/gateway/signals_api.py), nor Starlette
+gateway's state, app or API handlers (the signal endpoints are sessiongate/gateway/api/signals.py), nor Starlette
 itself."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ ADVISOR = "sessiongate.gateway.advisor"
 ABOVE = (
     "sessiongate.gateway.state",
     "sessiongate.gateway.app",
-    "sessiongate.gateway.chat",
-    "sessiongate.gateway.turn",
-    "sessiongate.gateway.signals_api",
-    "sessiongate.gateway.sessions_api",
-    "sessiongate.gateway.admin_api",
-    "sessiongate.gateway.turn_sharing",
+    "sessiongate.gateway.turn.chat",
+    "sessiongate.gateway.turn.context",
+    "sessiongate.gateway.api.signals",
+    "sessiongate.gateway.api.sessions",
+    "sessiongate.gateway.api.admin",
+    "sessiongate.gateway.turn.sharing",
     "sessiongate.gateway.wiring",
 )
 

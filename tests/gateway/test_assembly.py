@@ -7,7 +7,7 @@ import itertools
 import random
 from typing import Any
 
-from sessiongate.gateway.assembly import StreamAssembler, cache_details
+from sessiongate.gateway.turn.assembly import StreamAssembler, cache_details
 
 
 class _GeneralAssembler(StreamAssembler):

@@ -8,7 +8,7 @@ import pytest
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 
-from sessiongate.gateway.chat_route import _ChatRequest, _IndexedHeaders
+from sessiongate.gateway.turn.route import _ChatRequest, _IndexedHeaders
 
 _RAW = [
     (b"host", b"gw"),

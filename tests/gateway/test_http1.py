@@ -1,4 +1,4 @@
-"""The non-streamed turn's HTTP/1.1 client (`gateway.http1`) against a raw TCP server that answers as scripted.
+"""The non-streamed turn's HTTP/1.1 client (`gateway.workers.http1`) against a raw TCP server that answers as scripted.
 
 The server speaks bytes, so each test decides exactly how the answer is framed (length, chunked, until close) and
 how the connection behaves (kept alive, closed, silent), which a real HTTP server would not let a test choose.
@@ -13,9 +13,9 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 
-from sessiongate.gateway.http1 import Http1Pool, ProtocolError
-from sessiongate.gateway.load import LoadPoller
-from sessiongate.gateway.workers import WorkerPool
+from sessiongate.gateway.workers.http1 import Http1Pool, ProtocolError
+from sessiongate.gateway.workers.load import LoadPoller
+from sessiongate.gateway.workers.pool import WorkerPool
 from sessiongate.sglang_ext.protocol import LoadReport
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,5 @@
 """Real answers of the gateway validate against the response schemas the OpenAPI document publishes
-(sessiongate/gateway/openapi.py, hand-written): for every documented operation, its status code is one the document
+(sessiongate/gateway/api/openapi.py, hand-written): for every documented operation, its status code is one the document
 lists for
 it, its content type is documented, and a JSON body validates against the documented schema (jsonschema, draft
 2020-12, `$ref`s into the document's components). Successes and the errors a client meets (400, 401, 403, 404,
@@ -18,8 +18,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from sessiongate.gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from sessiongate.gateway.openapi import openapi_document
-from sessiongate.gateway.workers import worker_id_for
+from sessiongate.gateway.api.openapi import openapi_document
+from sessiongate.gateway.workers.pool import worker_id_for
 from sessiongate.sdk._sse import parse_events
 
 from .conftest import Gateway, running_gateway

@@ -7,7 +7,6 @@ import dataclasses
 import httpx
 import pytest
 
-from sessiongate.gateway.router import Router, prompt_chars, prompt_text
 from sessiongate.gateway.routing import (
     CacheAware,
     CostModel,
@@ -23,7 +22,8 @@ from sessiongate.gateway.routing import (
     make_policy,
     split_prompt,
 )
-from sessiongate.gateway.workers import WorkerPool
+from sessiongate.gateway.routing.router import Router, prompt_chars, prompt_text
+from sessiongate.gateway.workers.pool import WorkerPool
 
 A = WorkerView(id="a", url="http://a", in_flight=0)
 B = WorkerView(id="b", url="http://b", in_flight=0)

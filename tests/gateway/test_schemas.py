@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from sessiongate.gateway.api.schemas import ChatCompletionBody, _plainly_valid, validate, validate_chat
 from sessiongate.gateway.errors import InvalidRequest
-from sessiongate.gateway.schemas import ChatCompletionBody, _plainly_valid, validate, validate_chat
 
 PLAIN: dict[str, Any] = {
     "model": "m",

@@ -15,7 +15,7 @@ import httpx
 import jsonschema
 import pytest
 
-from sessiongate.gateway.openapi import openapi_document
+from sessiongate.gateway.api.openapi import openapi_document
 from sessiongate.sdk import (
     AsyncSession,
     AsyncSessionGate,

@@ -26,7 +26,7 @@ from sessiongate.gateway.app import create_app
 from sessiongate.gateway.errors import WorkerUnreachable
 from sessiongate.gateway.settings import GatewaySettings
 from sessiongate.gateway.state import GatewayState
-from sessiongate.gateway.workers import worker_id_for
+from sessiongate.gateway.workers.pool import worker_id_for
 from tests.conftest import WithLifespanState, fake_workers
 
 pytestmark = pytest.mark.anyio

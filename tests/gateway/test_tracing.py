@@ -317,7 +317,7 @@ async def test_a_failed_turn_is_traced_with_each_attempt_and_its_error(
 def test_only_the_standard_variables_naming_otlp_turn_tracing_on(
     environ: dict[str, str], on: bool, clean_otel_env: pytest.MonkeyPatch
 ) -> None:
-    from sessiongate.gateway.tracing import NO_TRACING, tracing_from_environ
+    from sessiongate.gateway.observability.tracing import NO_TRACING, tracing_from_environ
 
     tracing = tracing_from_environ(environ)
     try:

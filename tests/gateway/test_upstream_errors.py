@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from sessiongate.gateway.errors import UpstreamError, WorkerTimeout, WorkerUnreachable
-from sessiongate.gateway.http1 import ProtocolError
-from sessiongate.gateway.upstream import TRANSPORT_ERRORS, translate
+from sessiongate.gateway.workers.http1 import ProtocolError
+from sessiongate.gateway.workers.upstream import TRANSPORT_ERRORS, translate
 
 REQUEST = httpx.Request("GET", "http://w:1/x")
 

@@ -18,7 +18,7 @@ from .conftest import Gateway, running_gateway
 
 pytestmark = pytest.mark.anyio
 
-STATIC = Path(__file__).resolve().parents[2] / "sessiongate" / "gateway" / "static"
+STATIC = Path(__file__).resolve().parents[2] / "sessiongate" / "gateway" / "webui" / "static"
 
 
 async def test_the_page_is_html_and_names_only_files_the_gateway_serves(gateway: Gateway) -> None:
@@ -39,7 +39,7 @@ async def test_the_page_is_html_and_names_only_files_the_gateway_serves(gateway:
 
 
 @pytest.mark.parametrize(
-    "path", ["/ui/nothing.js", "/ui/chat.html.bak", "/ui/..%2Fwebui.py", "/ui/%2E%2E%2F__init__.py", "/ui/py.typed"]
+    "path", ["/ui/nothing.js", "/ui/chat.html.bak", "/ui/..%2Fpage.py", "/ui/%2E%2E%2F__init__.py", "/ui/py.typed"]
 )
 async def test_anything_else_is_a_clean_404(gateway: Gateway, path: str) -> None:
     answer = await gateway.client.get(path)
@@ -56,8 +56,8 @@ async def test_the_page_needs_no_key_where_the_api_does(tmp_path: Path) -> None:
 
 
 def test_every_file_of_the_page_is_package_data() -> None:
-    pyproject = tomllib.loads((STATIC.parents[2] / "pyproject.toml").read_text())
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["sessiongate.gateway"]
+    pyproject = tomllib.loads((STATIC.parents[3] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["sessiongate.gateway.webui"]
     shipped = sorted(STATIC.iterdir())
     assert {p.name for p in shipped} >= {"chat.html", "chat.js", "chat.css"}
     for file in shipped:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from sessiongate.gateway.workers import WorkerPool, worker_id_for
+from sessiongate.gateway.workers.pool import WorkerPool, worker_id_for
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from sessiongate.gateway.settings import GatewaySettings
-from sessiongate.gateway.upstream import make_http_client
+from sessiongate.gateway.workers.upstream import make_http_client
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,7 @@ from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour
 from sessiongate.gateway.app import create_app
 from sessiongate.gateway.settings import GatewaySettings
 from sessiongate.gateway.state import GatewayState
-from sessiongate.gateway.workers import worker_id_for
+from sessiongate.gateway.workers.pool import worker_id_for
 from tests.conftest import WithLifespanState, fake_workers
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sessiongate.gateway.tenancy import CacheSalts
+from sessiongate.gateway.api.tenancy import CacheSalts
 
 from .conftest import bearer
 

@@ -33,8 +33,8 @@ from schemathesis.checks import (
 
 from sessiongate.benchmarks.processes import FakeWorkerProcess, GatewayServer
 from sessiongate.gateway.advisor.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from sessiongate.gateway.openapi import openapi_document
-from sessiongate.gateway.workers import worker_id_for
+from sessiongate.gateway.api.openapi import openapi_document
+from sessiongate.gateway.workers.pool import worker_id_for
 
 ADMIN_KEY = "fuzz-admin-key"
 WEBHOOK_SECRET = "fuzz-webhook-secret"

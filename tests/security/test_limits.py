@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from sessiongate.gateway.errors import RateLimited
-from sessiongate.gateway.limits import EffectiveLimits, TenantLimits
+from sessiongate.gateway.turn.limits import EffectiveLimits, TenantLimits
 from sessiongate.sessions import TenantRecord
 
 from .conftest import admin, bearer

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from sessiongate.benchmarks.processes import FakeWorkerProcess, GatewayServer
-from sessiongate.gateway.redaction import Redactor
+from sessiongate.gateway.observability.redaction import Redactor
 
 ADMIN_KEY = "admin-key-that-must-not-leak"
 SALT_SECRET = "salt-secret-that-must-not-leak"

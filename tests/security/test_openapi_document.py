@@ -8,11 +8,11 @@ from typing import Any
 
 from starlette.routing import Route
 
+from sessiongate.gateway.api.openapi import openapi_document
 from sessiongate.gateway.app import create_app
-from sessiongate.gateway.openapi import openapi_document
 from sessiongate.gateway.settings import GatewaySettings
 
-# Routes kept out of the document on purpose: the chat page and its files (sessiongate/gateway/webui.py), not API
+# Routes kept out of the document on purpose: the chat page and its files (sessiongate/gateway/webui/page.py), not API
 # operations.
 PAGES = {("GET", "/ui"), ("GET", "/ui/{asset}")}
 
@@ -40,7 +40,7 @@ def _documented(document: dict[str, Any]) -> set[tuple[str, str]]:
 
 def test_document_covers_every_route_and_nothing_else() -> None:
     served, documented = _served(), _documented(openapi_document())
-    assert served - documented == set(), "routes missing from sessiongate/gateway/openapi.py"
+    assert served - documented == set(), "routes missing from sessiongate/gateway/api/openapi.py"
     assert documented - served == set(), "documented operations the app does not serve"
 
 

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from sessiongate.benchmarks.processes import GatewayServer
-from sessiongate.gateway.workers import worker_id_for
+from sessiongate.gateway.workers.pool import worker_id_for
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess
 from tests.conftest import running_worker
 

@@ -1,8 +1,8 @@
 """A simulated cluster: N `SimWorker`s behind the gateway's own routing and advisor objects, and the sessions.
 
-Nothing of the gateway's decision logic is re-implemented here. The wiring mirrors `sessiongate/gateway/router.py`,
-`sessiongate/gateway/chat.py` and `sessiongate/gateway/advisor/service.py`, with the simulated clock in place of
-`time.monotonic`:
+Nothing of the gateway's decision logic is re-implemented here. The wiring mirrors
+`sessiongate/gateway/routing/router.py`, `sessiongate/gateway/turn/chat.py` and
+`sessiongate/gateway/advisor/service.py`, with the simulated clock in place of `time.monotonic`:
 
 - each request: `AdvisorBook.reservation` (advisories on), a `RouteRequest` built as `Router.route_request`
   builds it (`KVBelief.residency`, the prompt's tokens or the belief's context, whichever is larger; the prompt's
@@ -56,7 +56,7 @@ from .toolkv import SimToolKV
 __all__ = ["SYSTEMS", "SimResult", "SystemSpec", "oracle_hints", "oracle_lead_s", "simulate"]
 
 TENANT = "sim"
-# The gateway's text has about 4 characters a token (`gateway.router._CHARS_PER_TOKEN`); hashing that for every
+# The gateway's text has about 4 characters a token (`gateway.routing.router._CHARS_PER_TOKEN`); hashing that for every
 # long Mooncake prompt dominates a cache_aware run, so the simulated text has one character a token and the
 # prefix index keeps as many tokens as the gateway's: blocks of 32 tokens instead of 8, a quarter of the work.
 CHARS_PER_TOKEN = 1

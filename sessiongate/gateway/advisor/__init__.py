@@ -4,7 +4,7 @@ tests): `decide` turns one signal and a snapshot of what is known into actions; 
 book, the store, the prefetches, statistics, logs); `service` is the advisor the gateway holds, with the parts it
 owns: `tool_lifecycle` (the tool-call KV lifecycle's learnt state and its retain), `replicas` (the replicas'
 shared state, or no-ops with one process) and `prefetch` (one advisory's prefetch); `webhook` verifies signed
-typing webhooks. The HTTP endpoints that deliver the signals are `gateway/signals_api.py`: nothing here imports
+typing webhooks. The HTTP endpoints that deliver the signals are `gateway/api/signals.py`: nothing here imports
 the HTTP layer."""
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ import structlog
 
 from sessiongate import sessions
 from sessiongate.gateway.errors import UpstreamError, WorkerRejected
-from sessiongate.gateway.router import Router
 from sessiongate.gateway.routing import WorkerView
+from sessiongate.gateway.routing.router import Router
 
 from .core import AdvisorBook, LiveAdvisory
 from .decide import (

@@ -21,9 +21,9 @@ import structlog
 
 from sessiongate import sessions
 from sessiongate.gateway.errors import UpstreamError
-from sessiongate.gateway.extension import ExtensionClient
-from sessiongate.gateway.router import Router
-from sessiongate.gateway.tracing import NO_TRACING, PrefetchTrace, Tracing
+from sessiongate.gateway.observability.tracing import NO_TRACING, PrefetchTrace, Tracing
+from sessiongate.gateway.routing.router import Router
+from sessiongate.gateway.workers.extension import ExtensionClient
 from sessiongate.sglang_ext.protocol import PrefetchRequest
 
 from .core import LiveAdvisory, prefetch_residency

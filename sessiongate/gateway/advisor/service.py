@@ -32,11 +32,11 @@ from typing import Any
 import structlog
 
 from sessiongate import sessions
-from sessiongate.gateway.extension import ExtensionClient
-from sessiongate.gateway.router import Router
+from sessiongate.gateway.observability.tracing import NO_TRACING, Tracing
 from sessiongate.gateway.routing import Reservation
+from sessiongate.gateway.routing.router import Router
 from sessiongate.gateway.shared import SharedState
-from sessiongate.gateway.tracing import NO_TRACING, Tracing
+from sessiongate.gateway.workers.extension import ExtensionClient
 
 from .core import AdvisorBook, Claim, settle
 from .decide import Decision, Known, Need, Signal, decide, timing

@@ -9,8 +9,8 @@ sharing state, the same counts are also added up across replicas (`deltas`, `fro
 
 The per-advisory records (kind, worker, outcome) are in the store (`GET /v1/admin/sessions/{id}`).
 
-Also counted here for `/metrics` (`gateway.metrics` reads them when scraped, so the advisor's paths only add to
-plain integers): signals handled per kind, prefetches sent per target tier, bytes the finished prefetches
+Also counted here for `/metrics` (`gateway.observability.metrics` reads them when scraped, so the advisor's paths
+only add to plain integers): signals handled per kind, prefetches sent per target tier, bytes the finished prefetches
 loaded, and prefetch latency (sent to done) in fixed buckets.
 """
 

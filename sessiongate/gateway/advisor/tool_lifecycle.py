@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from sessiongate.gateway.extension import ExtensionClient
+from sessiongate.gateway.workers.extension import ExtensionClient
 from sessiongate.sglang_ext.protocol import SessionKVRequest
 
 from .core import LiveAdvisory

@@ -19,14 +19,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message
 
-from sessiongate.gateway.auth import authenticate
-from sessiongate.gateway.chat import chat_completions
+from sessiongate.gateway.api.auth import authenticate
+from sessiongate.gateway.api.lifecycle import close_and_free
+from sessiongate.gateway.api.responses import JSONBytesResponse
+from sessiongate.gateway.api.schemas import parse_json, validate, validate_session_id
 from sessiongate.gateway.errors import InvalidRequest
-from sessiongate.gateway.implicit import SESSION_HEADERS, SESSION_SOURCE_KEY
-from sessiongate.gateway.lifecycle import close_and_free
-from sessiongate.gateway.responses import JSONBytesResponse
-from sessiongate.gateway.schemas import parse_json, validate, validate_session_id
 from sessiongate.gateway.state import GatewayState, gateway_state
+from sessiongate.gateway.turn.chat import chat_completions
+from sessiongate.gateway.turn.implicit import SESSION_HEADERS, SESSION_SOURCE_KEY
 
 from .convert import chat_tool_choice, chat_tools, input_messages, new_id, output_items, response_object
 from .schemas import ResponsesBody

@@ -1,4 +1,4 @@
-"""The OpenAPI schemas of `/v1/responses`' answers (the operations are in `gateway/openapi.py`).
+"""The OpenAPI schemas of `/v1/responses`' answers (the operations are in `gateway/api/openapi.py`).
 
 What the gateway promises of a Response object: OpenAI's required fields, and the `sessiongate` annotation (the
 session and turn the response was). Output items are described by their kinds (`message`, `function_call`).

@@ -1,6 +1,6 @@
 """A streamed chat turn's SSE, translated to the Responses API's event sequence as it is relayed.
 
-The chat relay (`gateway/relay.py`) records the turn as it always does; this wraps its ASGI `send`. Each chat chunk
+The chat relay (`gateway/turn/relay.py`) records the turn as it always does; this wraps its ASGI `send`. Each chat chunk
 becomes the Responses events it stands for: `response.created` and `response.in_progress` first, then per output
 item `response.output_item.added`, for text `response.content_part.added`, `response.output_text.delta`...,
 `response.output_text.done`, `response.content_part.done`, for a function call

@@ -1,6 +1,8 @@
 """Choosing a worker for a request: pure policies over immutable views, and the beliefs they read.
 
-Nothing here does I/O or reads a clock, so the same objects drive the gateway and the cluster simulator.
+Nothing here does I/O or reads a clock, so the same objects drive the gateway and the cluster simulator; the one
+exception is `router.py`, the gateway's side of routing (it builds the views from the worker pool and keeps the
+belief current), which this package's `__init__` does not import.
 `make_policy(name, ...)` builds a policy by its setting name (`SESSIONGATE_ROUTING_POLICY`).
 """
 

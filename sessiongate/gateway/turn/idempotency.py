@@ -1,0 +1,142 @@
+"""`Idempotency-Key` on chat requests: a client's retry gets the first result instead of a second turn.
+
+The key is scoped to the tenant and bound to the request: a hash of the body and the session headers. The first
+request claims the key in the store before its turn is recorded; when the turn ends well the key is completed
+with the answer (and its turn id), when it fails the key is released so the retry runs anew. A retry then finds:
+- a completed key with the same request: the stored answer, replayed (as JSON, or as a short SSE stream when the
+  request streams), with `idempotent-replayed: true`;
+- a key still pending: 409, retry shortly (a duplicate that races the first never makes a second turn);
+- the same key with a different request: 400.
+A pending key whose gateway died is taken over once older than `upstream_read_timeout_s` (no turn can still be
+running behind it). The store holds the claim, so this holds across replicas sharing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import structlog
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sessiongate import sessions
+from sessiongate.gateway.errors import Conflict, InvalidRequest
+
+from .assembly import TurnResult
+
+__all__ = ["IDEMPOTENCY_HEADER", "Claim", "claim_idempotency", "completion_body"]
+
+log = structlog.get_logger(__name__)
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """This request holds the key: complete it with the answer, or release it on failure."""
+
+    store: sessions.SessionStore
+    tenant_id: str
+    key: str
+    stream: bool
+
+    async def complete(self, turn_id: str, body: dict[str, Any], headers: dict[str, str]) -> None:
+        response = {"stream": self.stream, "body": body, "headers": headers}
+        try:
+            await self.store.complete_idempotency_key(
+                tenant_id=self.tenant_id, key=self.key, turn_id=turn_id, response=response
+            )
+        except sessions.StoreError as exc:
+            log.error("idempotency_key_not_recorded", error=str(exc))
+
+    async def release(self) -> None:
+        try:
+            await self.store.release_idempotency_key(tenant_id=self.tenant_id, key=self.key)
+        except sessions.StoreError as exc:
+            log.error("idempotency_key_not_released", error=str(exc))
+
+
+def completion_body(turn_id: str, created: datetime, result: TurnResult, annotation: dict[str, str]) -> dict[str, Any]:
+    """The non-streamed answer for a finished turn, as it is replayed."""
+    return {
+        "id": f"chatcmpl-{turn_id}",
+        "object": "chat.completion",
+        "created": int(created.timestamp()),
+        "model": result.model,
+        "choices": [{"index": 0, "message": result.message, "finish_reason": result.finish_reason}],
+        "usage": result.usage,
+        "sessiongate": annotation,
+    }
+
+
+async def claim_idempotency(
+    request: Request,
+    store: sessions.SessionStore,
+    *,
+    tenant_id: str,
+    body: dict[str, Any],
+    session_headers: Sequence[str | None],
+    stale_after_s: float,
+) -> Claim | Response | None:
+    """None without the header; a `Claim` when this request runs the turn; a replay `Response` otherwise."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not _KEY.fullmatch(key):
+        raise InvalidRequest(
+            "Invalid Idempotency-Key: 1-255 printable ASCII characters.", param="Idempotency-Key", code="invalid_key"
+        )
+    digest = hashlib.sha256(
+        orjson.dumps({"body": body, "session": list(session_headers)}, option=orjson.OPT_SORT_KEYS)
+    ).hexdigest()
+    now = datetime.now(UTC)
+    existing = await store.claim_idempotency_key(
+        tenant_id=tenant_id,
+        key=key,
+        request_hash=digest,
+        now=now,
+        stale_before=now - timedelta(seconds=stale_after_s),
+    )
+    if existing is None:
+        return Claim(store, tenant_id, key, stream=bool(body.get("stream")))
+    if existing.request_hash != digest:
+        raise InvalidRequest(
+            "This Idempotency-Key was used with a different request.",
+            param="Idempotency-Key",
+            code="idempotency_key_reused",
+        )
+    if existing.status != "done" or existing.response is None:
+        raise Conflict(
+            "A request with this Idempotency-Key is still in progress; retry shortly.",
+            code="idempotency_request_in_progress",
+        )
+    log.info("idempotent_replay", turn_id=existing.turn_id)
+    return _replay(existing.response, body)
+
+
+def _replay(stored: dict[str, Any], body: dict[str, Any]) -> Response:
+    headers = {**stored.get("headers", {}), "idempotent-replayed": "true"}
+    answer: dict[str, Any] = stored["body"]
+    if not stored.get("stream"):
+        return JSONResponse(answer, headers=headers)
+    choice = answer["choices"][0]
+    chunk = {
+        "id": answer["id"],
+        "object": "chat.completion.chunk",
+        "created": answer.get("created", int(time.time())),
+        "model": answer.get("model"),
+        "choices": [{"index": 0, "delta": choice["message"], "finish_reason": choice["finish_reason"]}],
+    }
+    events = [chunk]
+    if (body.get("stream_options") or {}).get("include_usage") and answer.get("usage") is not None:
+        events.append({**chunk, "choices": [], "usage": answer["usage"], "sessiongate": answer.get("sessiongate")})
+    payload = b"".join(b"data: " + orjson.dumps(event) + b"\n\n" for event in events) + b"data: [DONE]\n\n"
+    return Response(payload, media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"})
