@@ -10,7 +10,8 @@ The package is split along the process seam:
 - `scheduler_ops`: what runs on the scheduler's thread (`SchedulerExtension`): the prefetches from the
   L3 pool into host and device memory with UnifiedRadixCache's own machinery (`prefetch_jobs`, the
   copies a batch must wait for in `load_guard`), the session KV operations (`session_kv_ops`; the
-  tree walks in `kv_ops`, the pool's pages in `pool_pages`), and the counters the load report needs; `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
+  tree walks in `kv_ops`, the pool's pages in `pool_pages`), and the counters the load report needs;
+  `scheduler_hooks`: where the scheduler calls it (SGLang's `HookRegistry`);
 - `http_ops`: what runs in the HTTP server process: routes on SGLang's FastAPI app, the chat
   template rendering of the OpenAI endpoint, the scheduler's published load snapshot, and the
   awaitable calls into the scheduler;
