@@ -323,3 +323,31 @@ def test_the_report_splits_the_turns_after_a_long_tool_from_those_after_a_short_
         long_turns, short_turns = (int(cell.split(" / ")[0]) for cell in row.split(" | ")[2:4])
         assert long_turns > 0
         assert short_turns > 0
+
+
+def test_long_agents_run_the_rounds_asked_for_the_later_rounds_repeating() -> None:
+    recorded = {s.id: s for s in agent_sessions(count=4, seed=0)}
+    sessions = long_agent_sessions(count=4, seed=0, min_context=200_000, max_context=1_000_000, rounds=100)
+    for session in sessions:
+        original = recorded[session.id].turns
+        assert len(session.turns) == 100
+        assert session.turns[0].kind == "first"
+        later = original[1:]
+        # The rounds after the first cycle through the trajectory's, in order: same tools, gaps and answers.
+        for k, turn in enumerate(session.turns[1:]):
+            assert (turn.kind, turn.gap_s, turn.output_tokens) == (
+                later[k % len(later)].kind,
+                later[k % len(later)].gap_s,
+                later[k % len(later)].output_tokens,
+            )
+    # Longer sessions reach the same contexts with smaller appends (the stretch falls towards 1).
+    short = long_agent_sessions(count=8, seed=0, min_context=32_000, max_context=64_000)
+    long = long_agent_sessions(count=8, seed=0, min_context=32_000, max_context=64_000, rounds=100)
+    mean_append = [
+        sum(t.append_tokens for s in group for t in s.turns[1:]) / sum(len(s.turns) - 1 for s in group)
+        for group in (short, long)
+    ]
+    assert mean_append[1] < mean_append[0] / 2
+    assert all(s.prompt_tokens(len(s.turns) - 1) + s.turns[-1].output_tokens <= 64_000 for s in long)
+    with pytest.raises(ValueError, match="at least 2 rounds"):
+        long_agent_sessions(count=1, seed=0, rounds=1)

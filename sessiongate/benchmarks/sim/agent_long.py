@@ -12,6 +12,11 @@ With a `ResultGap`, the agents post each tool's result to the gateway when the t
 (`POST /v1/sessions/{id}/tool_results`) and send the next request a drawn gap later: the tool still runs its
 recorded time, the round's gap grows by the result gap (`Turn.result_gap_s`). Without one, the result comes inside
 the next request, as the recorded SWE-agent (a chat-completions client) sends it.
+
+With `rounds`, each session runs that many rounds: its trajectory's rounds after the first repeat in order (an agent
+that goes on working in the same context, reading and editing more files), before the stretch. Longer sessions reach
+a long context with the appends at their recorded sizes (the stretch factor falls towards 1), and the first turns
+are fewer of all turns (1 in `rounds`). A stated what-if, not the trace: the recorded trajectories stop at 21-32.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ def long_agent_sessions(
     max_context: int = 131_072,
     tool_scale: float = 1.0,
     result_gap: ResultGap | None = None,
+    rounds: int | None = None,
     path: Path | None = None,
 ) -> list[SessionTrace]:
     rng = random.Random(f"long-agents:{seed}")
@@ -62,6 +68,8 @@ def long_agent_sessions(
     gap_rng = random.Random(f"result-gaps:{seed}")
     stretched: list[SessionTrace] = []
     for session in agent_sessions(count=count, seed=seed, path=path):
+        if rounds is not None:
+            session = _repeated(session, rounds)
         appended = sum(t.append_tokens for t in session.turns)
         answered = sum(t.output_tokens for t in session.turns)
         target = rng.uniform(min_context, max_context)
@@ -83,6 +91,18 @@ def long_agent_sessions(
         if len(turns) >= 2:
             stretched.append(dataclasses.replace(session, turns=tuple(turns)))
     return stretched
+
+
+def _repeated(session: SessionTrace, rounds: int) -> SessionTrace:
+    """`session` with exactly `rounds` rounds: the first, then the later rounds over and over in their order (cut
+    when there are more than `rounds`)."""
+    if rounds < 2:
+        raise ValueError(f"a session has at least 2 rounds: {rounds}")
+    first, later = session.turns[0], session.turns[1:]
+    if not later:
+        return session
+    turns = [first, *itertools.islice(itertools.cycle(later), rounds - 1)]
+    return dataclasses.replace(session, turns=tuple(turns))
 
 
 def closed_loop_users(

@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
         default=32_768,
         help="agent-long: each session's context is stretched towards a length drawn in [this, --max-context]",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="agent-long: rounds a session (the trajectory's later rounds repeat; default: as recorded, 21-32)",
+    )
     parser.add_argument("--device-kv-tokens", type=int, default=None, help="override the calibration's device KV")
     parser.add_argument("--host-kv-tokens", type=int, default=None)
     parser.add_argument(
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_context_tokens": args.max_context or cal.max_context_tokens,
     }
     if args.trace == "agent-long":
-        options |= {"tool_scale": args.tool_scale[0], "min_context_tokens": args.min_context}
+        options |= {"tool_scale": args.tool_scale[0], "min_context_tokens": args.min_context, "rounds": args.rounds}
     loads = args.loads or ([1.0] if args.trace == "mooncake" else [256.0])
     if args.sweep is not None:
         out = args.out or Path("sim-sweep")

@@ -85,11 +85,12 @@ def workload(
     max_context_tokens: int | None = None,
     tool_scale: float = 1.0,
     min_context_tokens: int = 32_768,
+    rounds: int | None = None,
 ) -> Workload:
     """Mooncake: the trace at `load` times its recorded rate. ShareGPT / agent / agent-long: `load` closed-loop
     users, each running `sessions_per_user` sessions one after another (an exponential think time between them).
     agent-long: the SWE-agent rounds stretched to contexts in [`min_context_tokens`, `max_context_tokens`] (default
-    128k), tool times x `tool_scale` (`agent_long.long_agent_sessions`)."""
+    128k), tool times x `tool_scale`, `rounds` rounds a session when given (`agent_long.long_agent_sessions`)."""
     if trace == "mooncake":
         recorded = mooncake_sessions(
             duration_s=duration_s, time_scale=1.0 / load, max_context_tokens=max_context_tokens
@@ -110,6 +111,7 @@ def workload(
             min_context=min_context_tokens,
             max_context=max_context_tokens or 131_072,
             tool_scale=tool_scale,
+            rounds=rounds,
         )
     else:
         raise ValueError(f"unknown trace {trace!r}")
