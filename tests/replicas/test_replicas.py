@@ -278,5 +278,24 @@ async def test_a_tool_result_on_the_other_replica_fires_the_scheduled_prefetch_e
         if replicas.distributed:  # the turn on B claimed A's advisory, fired early: used
             assert await _outcomes(a, "early-x", 1) == ["used"]
         else:  # B's own prefetch was used; A's, unclaimed, is still waiting for its time
-            records = await a.state.store.list_advisories("early-x", tenant_id="default")
-            assert sorted(r.outcome for r in records) == ["pending", "used"]
+            assert await _outcomes(a, "early-x", 1) == ["pending", "used"]
+
+
+def test_an_owner_polls_for_fire_requests_only_while_it_holds_a_scheduled_shared_advisory() -> None:
+    from sessiongate.gateway.advisor.core import AdvisorBook, LiveAdvisory
+    from sessiongate.gateway.advisor.quality import HintQuality
+    from sessiongate.gateway.advisor.replicas import SharedAdvisories
+    from sessiongate.gateway.shared import LocalShared
+
+    replicas = SharedAdvisories(LocalShared(), replica="replica-a/run", unix=time.time, quality=HintQuality())
+    book = AdvisorBook()
+    advisory = LiveAdvisory(
+        id="adv_1", session_id="s", tenant_id="t", kind="tool_call", worker_id="w", target="device",
+        created_at=0.0, fire_at=60.0, expires_at=90.0,
+    )  # fmt: skip
+    book.add(advisory)
+    assert not replicas.awaits_fire_requests(book)  # this replica's alone (Redis was down when it was made)
+    advisory.shared = True
+    assert replicas.awaits_fire_requests(book)  # scheduled and shared: another replica may ask for it
+    advisory.fired = True
+    assert not replicas.awaits_fire_requests(book)  # fired: nothing left to ask for
