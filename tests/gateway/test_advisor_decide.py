@@ -33,6 +33,7 @@ from sessiongate.gateway.advisor.decide import (
     Signal,
     Supersede,
     decide,
+    fire_requested,
     timing,
 )
 from sessiongate.gateway.advisor.toolkv import ToolKVDecision
@@ -65,6 +66,8 @@ def live(*, fired: bool = True, fire_at: float = NOW - 1, worker: str = "a", fai
 SCHEDULED = live(fired=False, fire_at=NOW + 20)
 FIRED = live()
 OTHER_REPLICAS = Elsewhere(live(worker="b"), 12.5)
+# Another replica's scheduled advisory, which its owner was asked to fire now.
+ASKED_ELSEWHERE = Elsewhere(live(fired=False, fire_at=NOW + 20, worker="b"), 30.0, fire_requested=True)
 
 
 @dataclass
@@ -112,6 +115,18 @@ CASES: dict[str, tuple[Case, list[Need], list[object], Reply]] = {
         Case(typing(), answers={"elsewhere": OTHER_REPLICAS}),
         ["elsewhere"],
         [CountSignal("typing")],
+        Reply("refreshed", OTHER_REPLICAS.advisory, expires_in_s=12.5),
+    ),
+    "tool_result_asks_the_owner_on_another_replica_to_fire_its_scheduled_advisory": (
+        Case(typing("tool_result"), answers={"fire_elsewhere": ASKED_ELSEWHERE}),
+        ["fire_elsewhere"],
+        [CountSignal("tool_result")],
+        Reply("fired", ASKED_ELSEWHERE.advisory, expires_in_s=30.0),
+    ),
+    "tool_result_refreshes_another_replicas_fired_advisory": (
+        Case(typing("tool_result"), answers={"fire_elsewhere": OTHER_REPLICAS}),
+        ["fire_elsewhere"],
+        [CountSignal("tool_result")],
         Reply("refreshed", OTHER_REPLICAS.advisory, expires_in_s=12.5),
     ),
     "tool_result_that_cannot_land_is_ignored": (
@@ -245,3 +260,17 @@ def test_deciding_changes_nothing_it_reads() -> None:
     _, decision = run(Case(typing("tool_result"), live=advisory))
     assert decision.reply.state == "fired"
     assert repr(advisory) == before  # the executor refreshes and fires it, not the decision
+
+
+def test_the_owner_fires_early_what_another_replica_asked_for() -> None:
+    scheduled = live(fired=False, fire_at=NOW + 20)
+    assert fire_requested(scheduled, "adv_live") == (
+        Refresh(scheduled, 0.0),
+        Retarget(scheduled),
+        FireDue(),
+        RecordEarlyFire(scheduled, "tool_result", requested_elsewhere=True),
+    )
+    # Its time came first (fired), it was claimed or ended (none), or it was replaced (another id): nothing.
+    assert fire_requested(live(), "adv_live") == ()
+    assert fire_requested(None, "adv_live") == ()
+    assert fire_requested(scheduled, "adv_other") == ()

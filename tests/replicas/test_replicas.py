@@ -212,3 +212,90 @@ async def test_typing_on_both_replicas_makes_one_advisory_and_stops_through_eith
             assert again["id"] != first["id"]
             assert prefetches == 2
             assert await _outcomes(a, "both-1", 2) == ["cancelled", "wasted"]  # B's stopped, A's expired
+
+
+RUN_TESTS = [{"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}}]
+
+
+async def test_a_tool_result_on_the_other_replica_fires_the_scheduled_prefetch_early(make_replicas: Any) -> None:
+    async with make_replicas(advisory_ttl_s=5.0) as replicas:
+        a, b = replicas.a, replicas.b
+        for replica in (a, b):  # a minute-long tool: the turn's tool call schedules its prefetch a minute ahead
+            for _ in range(3):
+                replica.state.advisor.tool_durations.record("default", "run_tests", 60.0)
+        first = await _turn(a, "early-x", [USER], tools=RUN_TESTS, tool_choice="required")
+        call = first["choices"][0]["message"]["tool_calls"][0]
+
+        async def scheduled() -> bool:
+            records = await a.state.store.list_advisories("early-x", tenant_id="default")
+            return any(r.kind == "tool_call" for r in records)
+
+        await eventually(scheduled)
+        (planned,) = await a.state.store.list_advisories("early-x", tenant_id="default")
+        assert planned.detail["tool_kv"]["action"] == "offload"
+
+        # The tool returns after a second, and its result is posted to the replica that does not own the advisory.
+        posted = await b.client.post(
+            "/v1/sessions/early-x/tool_results", json={"tool_call_id": call["id"], "content": "3 passed"}
+        )
+        assert posted.status_code == 202, posted.text
+        answer = posted.json()["advisory"]
+        assert answer["state"] == "fired"
+
+        async def prefetched() -> bool:
+            return sum(len(w.prefetches) for w in replicas.workers.values()) >= 1
+
+        await eventually(prefetched, timeout_s=3.0)  # now, not a minute later
+        await asyncio.sleep(0.2)
+        assert sum(len(w.prefetches) for w in replicas.workers.values()) == 1
+        early = [r.state.advisor.stats.report()["tool_kv"].get("early", 0) for r in (a, b)]
+        if replicas.distributed:
+            # One advisory, A's: fired by its owner at B's request, early; every replica's view of it says so.
+            assert answer["id"] == planned.id
+            assert early == [1, 0]
+            for replica in (a, b):
+                record = await replica.state.shared.get_advisory("early-x")
+                assert record is not None
+                assert (record.id, record.owner.split("/")[0], record.fired, record.fired_early) == (
+                    planned.id,
+                    "replica-a",
+                    True,
+                    True,
+                )
+                assert record.fire_requested_at is not None
+        else:
+            # B knows nothing of A's advisory: the result makes a prefetch of its own; A's still waits for its time.
+            assert answer["id"] != planned.id
+            assert early == [0, 0]
+
+        async def done() -> bool:
+            return any(p["state"] == "done" for w in replicas.workers.values() for p in w.prefetches.values())
+
+        await eventually(done)
+        await asyncio.sleep(0.1)  # the owner writes "ready" to the shared state once it has read the status
+        tool = {"role": "tool", "tool_call_id": call["id"], "content": "3 passed"}
+        await _turn(b, "early-x", [USER, first["choices"][0]["message"], tool], tools=RUN_TESTS)
+        if replicas.distributed:  # the turn on B claimed A's advisory, fired early: used
+            assert await _outcomes(a, "early-x", 1) == ["used"]
+        else:  # B's own prefetch was used; A's, unclaimed, is still waiting for its time
+            assert await _outcomes(a, "early-x", 1) == ["pending", "used"]
+
+
+def test_an_owner_polls_for_fire_requests_only_while_it_holds_a_scheduled_shared_advisory() -> None:
+    from sessiongate.gateway.advisor.core import AdvisorBook, LiveAdvisory
+    from sessiongate.gateway.advisor.quality import HintQuality
+    from sessiongate.gateway.advisor.replicas import SharedAdvisories
+    from sessiongate.gateway.shared import LocalShared
+
+    replicas = SharedAdvisories(LocalShared(), replica="replica-a/run", unix=time.time, quality=HintQuality())
+    book = AdvisorBook()
+    advisory = LiveAdvisory(
+        id="adv_1", session_id="s", tenant_id="t", kind="tool_call", worker_id="w", target="device",
+        created_at=0.0, fire_at=60.0, expires_at=90.0,
+    )  # fmt: skip
+    book.add(advisory)
+    assert not replicas.awaits_fire_requests(book)  # this replica's alone (Redis was down when it was made)
+    advisory.shared = True
+    assert replicas.awaits_fire_requests(book)  # scheduled and shared: another replica may ask for it
+    advisory.fired = True
+    assert not replicas.awaits_fire_requests(book)  # fired: nothing left to ask for

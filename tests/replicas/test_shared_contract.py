@@ -77,6 +77,33 @@ async def test_owner_ends_an_expired_advisory_unless_it_was_extended(shared: Sha
     assert await shared.end_advisory("s1", "adv_2", time.time()) == ("ended", None)
 
 
+async def test_a_fire_request_marks_the_record_once_and_is_queued_for_its_owner(shared: SharedState) -> None:
+    now = time.time()
+    await shared.put_advisory(_advisory(10), keep_s=60)
+    assert await shared.fire_requests("replica-a/run") == []
+    asked = await shared.request_fire("s1", expires_at=now + 30, now=now, keep_s=60)
+    assert asked is not None
+    assert (asked.fire_requested_at, asked.expires_at, asked.fired_early) == (pytest.approx(now), now + 30, False)
+    assert await shared.get_advisory("s1") == asked  # every replica reads the request in the record
+    # Asked once: a second request (another tool result, another replica) changes nothing and queues nothing.
+    assert await shared.request_fire("s1", expires_at=now + 60, now=now, keep_s=60) is None
+    assert await shared.fire_requests("replica-b/run") == []
+    assert await shared.fire_requests("replica-a/run") == [("s1", "adv_1")]
+    assert await shared.fire_requests("replica-a/run") == []  # taken
+    # The owner fires it, early: written with the fire, and no longer to be asked for.
+    assert await shared.update_advisory("s1", "adv_1", 60, fired=True, fired_early=True)
+    record = await shared.get_advisory("s1")
+    assert record is not None
+    assert (record.fired, record.fired_early, record.fire_requested_at) == (True, True, pytest.approx(now))
+    # Fired already, expired, or none: nothing to ask for.
+    await shared.put_advisory(_advisory(10, id="adv_2", fired=True), keep_s=60)
+    assert await shared.request_fire("s1", expires_at=now + 30, now=now, keep_s=60) is None
+    await shared.put_advisory(_advisory(10, id="adv_3"), keep_s=60)
+    assert await shared.request_fire("s1", expires_at=now + 30, now=now + 20, keep_s=60) is None
+    assert await shared.request_fire("none", expires_at=now + 30, now=now, keep_s=60) is None
+    assert await shared.fire_requests("replica-a/run") == []
+
+
 async def test_token_bucket_refills_by_the_minute_and_goes_below_zero(shared: SharedState) -> None:
     now = time.time()
     assert await shared.take_tokens("t", capacity=60, amount=0, now=now) == 60

@@ -59,6 +59,8 @@ class LiveAdvisory:
     retain_s: float = 0.0
     # keep_then_offload: when the retain lapses with no request, a prefetch is scheduled for this time (`lapse`).
     then_fire_at: float | None = None
+    # Fired before its time by a tool result (here, or asked for on another replica): written with the fire.
+    fired_early: bool = False
     # The prefetch's trace (tracing on: its span's context), which the turn that claims the advisory links to.
     trace: object | None = None
 

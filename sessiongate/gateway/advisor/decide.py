@@ -14,11 +14,15 @@ change (the book, the store), so all of them are gathered first. The cases, in t
   `RecordEarlyFire`);
 - a fired advisory meets a signal: refreshed (`Refresh`, `ShareExpiry`) while the router would still send the
   turn to its worker (it is offered as a reservation), else superseded (`Supersede`) by a new one;
-- no live advisory here, but another replica's: refreshed there (the `elsewhere` answer);
+- no live advisory here, but another replica's: refreshed there (the `elsewhere` answer); a tool result that can
+  land also asks that replica, its owner, to fire it now if it is scheduled (the `fire_elsewhere` answer: the
+  owner fires it at its next tick, `fire_requested` below, and records the early fire);
 - otherwise a new advisory (`Create`) unless the signal is ignored (`Ignore`): a tool result that cannot land, a
   hint whose kind, session or tenant is mostly wasted, no routable worker.
 
 Every signal is counted first (`CountSignal`). Times are seconds on the advisor's monotonic clock.
+`fire_requested(live, advisory_id)` is the owner's side of a fire asked for on another replica: the same actions
+as a scheduled advisory's early fire here, without the signal (that replica counted it).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ __all__ = [
     "Signal",
     "Supersede",
     "decide",
+    "fire_requested",
     "timing",
 ]
 
@@ -65,7 +70,7 @@ class _Unasked(enum.Enum):
 
 UNASKED: Final = _Unasked.UNASKED
 
-Need = Literal["choice_keeping", "elsewhere", "tier", "home", "choice"]
+Need = Literal["choice_keeping", "elsewhere", "fire_elsewhere", "tier", "home", "choice"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +85,12 @@ class Signal:
 
 @dataclass(frozen=True, slots=True)
 class Elsewhere:
-    """Another replica's live advisory for the session, extended by this signal; its new expiry from now."""
+    """Another replica's live advisory for the session, extended by this signal; its new expiry from now; and
+    whether its owner was asked to fire it now (it was scheduled: `fire_elsewhere`)."""
 
     advisory: LiveAdvisory
     expires_in_s: float
+    fire_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +105,7 @@ class Known:
     # The router's choice with the live advisory's worker offered as a reservation (a failed one offers none).
     choice_keeping: WorkerView | _Unasked | None = UNASKED
     elsewhere: Elsewhere | _Unasked | None = UNASKED
+    fire_elsewhere: Elsewhere | _Unasked | None = UNASKED  # `elsewhere`, its owner asked to fire it if scheduled
     tier: Tier | _Unasked = UNASKED
     home: WorkerView | _Unasked | None = UNASKED  # the routable worker that served the session last
     choice: WorkerView | _Unasked | None = UNASKED  # the router's choice now, no reservation offered
@@ -159,8 +167,11 @@ class FireDue:
 
 @dataclass(frozen=True, slots=True)
 class RecordEarlyFire:
+    """Log and count the early fire once, and mark the advisory so its fire writes it to the shared state."""
+
     advisory: LiveAdvisory
     signal_kind: str
+    requested_elsewhere: bool = False  # the signal came to another replica, which asked this one, the owner
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,12 +284,16 @@ def decide(signal: Signal, known: Known) -> Decision | Need:
         # The load moved since the advisory was made: the request would not go to its worker any more.
         actions.append(Supersede(live, worker.id))
     else:
-        # Another replica may own the session's live advisory: extend that one (debounce across replicas).
-        if known.elsewhere is UNASKED:
-            return "elsewhere"
-        if known.elsewhere is not None:
-            elsewhere = known.elsewhere
-            return Decision(tuple(actions), Reply("refreshed", elsewhere.advisory, expires_in_s=elsewhere.expires_in_s))
+        # Another replica may own the session's live advisory: extend that one (debounce across replicas). A tool
+        # result that can land also asks its owner to fire it now if it is scheduled: only the owner fires it (its
+        # next tick: `fire_requested`), as the owner's book alone holds it (no two prefetches).
+        need: Need = "fire_elsewhere" if signal.kind == "tool_result" and known.lands else "elsewhere"
+        found = known.fire_elsewhere if need == "fire_elsewhere" else known.elsewhere
+        if found is UNASKED:
+            return need
+        if found is not None:
+            state = "fired" if found.fire_requested else "refreshed"
+            return Decision(tuple(actions), Reply(state, found.advisory, expires_in_s=found.expires_in_s))
     if not known.lands:
         # A tool result of a tenant whose next turns follow their results too closely for a prefetch to land (the
         # SDK's flow: post the result, send the turn) starts no prefetch: it would only compete with that turn.
@@ -303,3 +318,17 @@ def decide(signal: Signal, known: Known) -> Decision | Need:
     ttl_s = known.ttl_s + (expected_in_s or 0.0)
     actions.append(Create(signal, worker, known.tier, fire_in_s, ttl_s, expected_in_s))
     return Decision(tuple(actions), Reply("created"))
+
+
+def fire_requested(live: LiveAdvisory | None, advisory_id: str) -> tuple[Action, ...]:
+    """Another replica asked this one, the owner of `advisory_id`, to fire it now (a tool result came there): as a
+    scheduled advisory's early fire here (`decide`), with no signal to count (that replica counted it). Nothing
+    when the session's live advisory is another one, none, or fired already (its time came first)."""
+    if live is None or live.id != advisory_id or live.fired:
+        return ()
+    return (
+        Refresh(live, 0.0),
+        Retarget(live),
+        FireDue(),
+        RecordEarlyFire(live, "tool_result", requested_elsewhere=True),
+    )

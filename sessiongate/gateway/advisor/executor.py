@@ -142,8 +142,16 @@ class Executor:
                 case FireDue():
                     for due in self.book.due(now):
                         self.spawn(self.fire(due))
-                case RecordEarlyFire(advisory, signal_kind):
-                    log.info("advisory_fired_early", advisory_id=advisory.id, kind=advisory.kind, signal=signal_kind)
+                case RecordEarlyFire(advisory, signal_kind, requested_elsewhere):
+                    # Before its fire task runs (`FireDue` only spawned it), which writes it to the shared state.
+                    advisory.fired_early = True
+                    log.info(
+                        "advisory_fired_early",
+                        advisory_id=advisory.id,
+                        kind=advisory.kind,
+                        signal=signal_kind,
+                        requested_elsewhere=requested_elsewhere,
+                    )
                     self.stats.tool_kv_event("early")
                 case ReturnedInRetain(advisory):
                     self.tools.returned_in_retain(advisory)
@@ -254,7 +262,8 @@ class Executor:
     # prefetches and outcomes
 
     async def fire(self, advisory: LiveAdvisory) -> None:
-        if not await self.replicas.update(advisory, fired=True):
+        fired: dict[str, object] = {"fired": True, "fired_early": True} if advisory.fired_early else {"fired": True}
+        if not await self.replicas.update(advisory, **fired):
             return  # a turn on another replica claimed it before it was due: nothing left to prefetch for
         try:
             await self.prefetcher.run(advisory, live=lambda: self.book.live.get(advisory.session_id) is advisory)

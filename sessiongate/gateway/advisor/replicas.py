@@ -10,6 +10,9 @@ each replica goes on with its own book. What the advisor asks:
   (False: a turn on another replica claimed it), `take_back` when a later signal supersedes it, and `end_expired`
   when this replica's copy expires (ended, extended by a signal elsewhere, or claimed elsewhere);
 - a signal here for a session whose live advisory another replica owns: `refresh_elsewhere` or `stop_elsewhere`;
+  a tool result that can land: `fire_elsewhere`, which also asks the owner to fire it now if it is scheduled;
+- the owner, at each tick while it holds a scheduled shared advisory (`awaits_fire_requests`): `fire_requests`,
+  the advisories other replicas asked it to fire (one round trip for all of them, none while it holds none);
 - a turn here: `begin_turn`, the one atomic claim of the session's advisory (and its KV belief) before routing,
   and `claim_into`, which puts the claimed advisory in this replica's book;
 - the adaptive rule: `tier` from every replica's samples, `settled` for each settled advisory;
@@ -118,8 +121,18 @@ class LocalAdvisories:
     async def refresh_elsewhere(self, session_id: str, fire_in_s: float, ttl_s: float, now: float) -> Elsewhere | None:
         return None
 
+    async def fire_elsewhere(self, session_id: str, fire_in_s: float, ttl_s: float, now: float) -> Elsewhere | None:
+        return None
+
     async def stop_elsewhere(self, session_id: str, grace_s: float, now: float) -> Elsewhere | None:
         return None
+
+    def awaits_fire_requests(self, book: AdvisorBook) -> bool:
+        """Whether another replica could ask this one to fire an advisory (it holds a scheduled shared one)."""
+        return False
+
+    async def fire_requests(self) -> list[tuple[str, str]]:
+        return []
 
     async def begin_turn(self, session_id: str) -> SharedTurn | None:
         return None
@@ -247,6 +260,33 @@ class SharedAdvisories(LocalAdvisories):
         except SharedUnavailable:
             return None
         return Elsewhere(self.local(record, now), round(expires_at - unix, 3))
+
+    async def fire_elsewhere(self, session_id: str, fire_in_s: float, ttl_s: float, now: float) -> Elsewhere | None:
+        """A tool result for a session whose live advisory another replica owns: if it is scheduled, mark it and ask
+        its owner to fire it now (atomic, once: the owner alone fires it, at its next tick); else extend it as
+        `refresh_elsewhere` does. None when there is none (or the shared state is down)."""
+        unix = self.unix()
+        try:
+            record = await self.state.request_fire(
+                session_id, expires_at=unix + fire_in_s + ttl_s, now=unix, keep_s=_KEEP_S
+            )
+        except SharedUnavailable:
+            return None
+        if record is None:  # none, fired, or asked for already
+            return await self.refresh_elsewhere(session_id, fire_in_s, ttl_s, now)
+        log.info("advisory_fire_requested", advisory_id=record.id, owner=record.owner)
+        return Elsewhere(self.local(record, now), round(record.expires_at - unix, 3), fire_requested=True)
+
+    def awaits_fire_requests(self, book: AdvisorBook) -> bool:
+        return any(a.shared and not a.fired for a in book.live.values())
+
+    async def fire_requests(self) -> list[tuple[str, str]]:
+        """The (session, advisory id) other replicas asked this one to fire since the last call; none while the
+        shared state does not answer (those advisories then fire at their own time)."""
+        try:
+            return await self.state.fire_requests(self.replica)
+        except SharedUnavailable:
+            return []
 
     async def stop_elsewhere(self, session_id: str, grace_s: float, now: float) -> Elsewhere | None:
         """Typing stopped: end another replica's live advisory for the session after `grace_s`; it and its new

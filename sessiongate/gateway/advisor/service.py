@@ -11,7 +11,9 @@ chosen once when the advisor is built: `advisories_for`). The replica that made 
 and writes there when it fired, finished or failed; before each turn the serving replica claims the session's
 advisory from there (`prepare_turn`: one atomic claim, so one turn on one replica gets it) and settles it after
 the turn, as if it had made it. A signal on a replica that does not hold the session's live advisory refreshes or
-stops the shared one; when the owner's copy expires it asks the shared state whether it ended, was extended, or
+stops the shared one, and a tool result there asks the owner to fire a scheduled one now (the owner polls for
+such requests at its ticks while it holds a scheduled shared advisory: `honour_fire_requests`); when the owner's
+copy expires it asks the shared state whether it ended, was extended, or
 was claimed (then the claimer settled it). Hint quality outcomes go to shared lists as well, so the adaptive rule
 judges a session, tenant or kind by every replica's outcomes. A shared state that does not answer leaves each
 replica with its own book, as with one replica.
@@ -39,7 +41,7 @@ from sessiongate.gateway.shared import SharedState
 from sessiongate.gateway.workers.extension import ExtensionClient
 
 from .core import AdvisorBook, Claim, settle
-from .decide import Decision, Known, Need, Signal, decide, timing
+from .decide import Decision, Known, Need, Signal, decide, fire_requested, timing
 from .executor import Executor
 from .prefetch import Prefetcher
 from .quality import HintQuality, Tier
@@ -98,6 +100,7 @@ class Advisor:
         self._claims: dict[str, Claim] = {}
         # One signal at a time per session (see `signal`): the lock, and how many signals hold or await it.
         self._signal_locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._polling_fire_requests = False  # one poll of the shared fire requests at a time
         # The replicas' shared advisories: no-ops with one process (asked once, here).
         self.replicas = advisories_for(shared, replica=replica, unix=unix, quality=self.quality)
         self.prefetcher = Prefetcher(
@@ -163,6 +166,9 @@ class Advisor:
     def tick(self) -> None:
         if self.replicas.unflushed:
             self.act.spawn(self.replicas.flush_counts())
+        if not self._polling_fire_requests and self.replicas.awaits_fire_requests(self.book):
+            self._polling_fire_requests = True
+            self.act.spawn(self.honour_fire_requests())
         now = self.clock()
         for advisory in self.book.lapse(now):
             # A keep_then_offload's retain lapsed: the KV is unprotected; its prefetch waits for the long kind.
@@ -178,6 +184,17 @@ class Advisor:
                 self.act.spawn(self.act.end_shared(advisory))
             else:
                 self.act.withdrawn(advisory, "cancelled" if advisory.stopped else "wasted")
+
+    async def honour_fire_requests(self) -> None:
+        """Fire the scheduled advisories of this replica's that a tool result on another replica asked it to fire
+        now (`decide.fire_requested`): each fired early once, here, as with the result posted here."""
+        try:
+            requests = await self.replicas.fire_requests()
+            now = self.clock()
+            for session_id, advisory_id in requests:
+                await self.act.perform(fire_requested(self.book.get(session_id, now), advisory_id), now)
+        finally:
+            self._polling_fire_requests = False
 
     # signals
 
@@ -239,6 +256,9 @@ class Advisor:
         if need == "elsewhere":
             _, fire_in_s = timing(signal, self.lead_s)
             return await self.replicas.refresh_elsewhere(session_id, fire_in_s, self.book.ttl_s, self.clock())
+        if need == "fire_elsewhere":
+            _, fire_in_s = timing(signal, self.lead_s)
+            return await self.replicas.fire_elsewhere(session_id, fire_in_s, self.book.ttl_s, self.clock())
         if need == "tier":
             return await self._tier(session_id, tenant_id, signal.kind, known.now)
         if need == "home":

@@ -8,6 +8,11 @@ Who calls each operation, and when:
     put_advisory(record)                   advisor, when a signal creates an advisory (the owner replica)
     update_advisory(session_id, id, ...)   owner: fired / ready / failed; another replica: refresh or stop
     get_advisory(session_id)               advisor, on a signal that finds no live advisory in its own book
+    request_fire(session_id, ...)          another replica, on a tool result for a scheduled advisory it does not
+                                           own: marks the record (`fire_requested_at`, once) and queues the
+                                           request for its owner (atomic: the owner alone fires it)
+    fire_requests(owner)                   owner, at each tick while it holds a scheduled shared advisory: takes
+                                           the requests queued for it (one round trip for all its advisories)
     end_advisory(session_id, id, now)      owner, when its copy expires: "ended" (the owner settles it: it is
                                            removed, or was lost), "extended" (refreshed on another replica: the
                                            record says until when) or "gone" (a turn claimed it, on any replica;
@@ -54,6 +59,9 @@ class SharedAdvisory:
     failed: bool = False
     stopped: bool = False
     bytes_loaded: int | None = None
+    # A tool result on another replica asked the owner to fire it now (Unix time); the owner then fired it early.
+    fire_requested_at: float | None = None
+    fired_early: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,18 @@ class SharedState(Protocol):
         ...
 
     async def get_advisory(self, session_id: str) -> SharedAdvisory | None: ...
+
+    async def request_fire(
+        self, session_id: str, *, expires_at: float, now: float, keep_s: float
+    ) -> SharedAdvisory | None:
+        """Ask the owner of the session's advisory to fire it now: if it is unexpired at `now`, not fired and not
+        yet asked, mark `fire_requested_at`, extend its expiry to at least `expires_at`, queue (session, id) for
+        its owner and return the record as changed; else None (nothing changed)."""
+        ...
+
+    async def fire_requests(self, owner: str) -> list[tuple[str, str]]:
+        """The (session, advisory id) fire requests queued for `owner` since its last call, oldest first; taken."""
+        ...
 
     async def end_advisory(
         self, session_id: str, advisory_id: str, now: float

@@ -32,6 +32,7 @@ class LocalShared:
         self._claimed: dict[str, float] = {}  # advisory ids a turn claimed -> kept until
         self._samples: dict[str, deque[tuple[float, bool]]] = {}
         self._counters: dict[str, dict[str, float]] = {}
+        self._fire_requests: dict[str, list[tuple[str, str]]] = {}  # owner -> (session, advisory id)
 
     def _advisory(self, session_id: str) -> SharedAdvisory | None:
         held = self._advisories.get(session_id)
@@ -65,6 +66,22 @@ class LocalShared:
 
     async def get_advisory(self, session_id: str) -> SharedAdvisory | None:
         return self._advisory(session_id)
+
+    async def request_fire(
+        self, session_id: str, *, expires_at: float, now: float, keep_s: float
+    ) -> SharedAdvisory | None:
+        record = self._advisory(session_id)
+        if record is None or record.expires_at <= now or record.fired or record.fire_requested_at is not None:
+            return None
+        record = dataclasses.replace(
+            record, fire_requested_at=now, expires_at=max(record.expires_at, expires_at), stopped=False
+        )
+        self._advisories[session_id] = (record, record.expires_at + keep_s)
+        self._fire_requests.setdefault(record.owner, []).append((session_id, record.id))
+        return record
+
+    async def fire_requests(self, owner: str) -> list[tuple[str, str]]:
+        return self._fire_requests.pop(owner, [])
 
     async def end_advisory(
         self, session_id: str, advisory_id: str, now: float

@@ -4,6 +4,8 @@
                               so the owner can settle it; claimed by a Lua script (check expiry, read, delete,
                               leave a marker)
     {prefix}claimed:{id}      the marker: advisory `id` was claimed by a turn (whose replica settles it)
+    {prefix}fires:{owner}     list: `id session` of the advisories another replica asked `owner` to fire now
+                              (queued by the same script that marks the record's `fire_requested_at`)
     {prefix}kv:{session}      JSON: the session's KV belief, expiring with the belief's host ttl
     {prefix}bucket:{tenant}   hash: token bucket level and update time, refilled and taken by a Lua script
     {prefix}once:{key}        SET NX PX: the webhook replay cache
@@ -71,6 +73,23 @@ redis.call('DEL', KEYS[1])
 return {'ended', record}
 """
 
+# A tool result on a replica that does not own the session's advisory (KEYS[1]): mark it and queue it for its owner,
+# once, while it is unexpired and not fired. ARGV: now, the least new expiry, keep_s, the prefix of the owners'
+# queues, how long a queue stays (ms). Returns the record as changed, or false.
+_REQUEST_FIRE = """
+local expires = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
+if not expires or expires <= tonumber(ARGV[1]) or redis.call('HGET', KEYS[1], 'fired') == '1' then return false end
+local asked = redis.call('HGET', KEYS[1], 'fire_requested_at')
+if asked and asked ~= '' then return false end
+expires = math.max(expires, tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'fire_requested_at', ARGV[1], 'expires_at', ('%.17g'):format(expires), 'stopped', '0')
+redis.call('PEXPIREAT', KEYS[1], math.floor((expires + tonumber(ARGV[3])) * 1000))
+local queue = ARGV[4] .. redis.call('HGET', KEYS[1], 'owner')
+redis.call('RPUSH', queue, redis.call('HGET', KEYS[1], 'id') .. ' ' .. redis.call('HGET', KEYS[1], 'session_id'))
+redis.call('PEXPIRE', queue, ARGV[5])
+return redis.call('HGETALL', KEYS[1])
+"""
+
 _TAKE = """
 local capacity, amount, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local level = tonumber(redis.call('HGET', KEYS[1], 'level'))
@@ -103,7 +122,7 @@ def _decode_advisory(flat: Sequence[str]) -> SharedAdvisory:
     def optional(name: str) -> str | None:
         return raw.get(name) or None
 
-    ready, loaded = optional("ready_at"), optional("bytes_loaded")
+    ready, loaded, asked = optional("ready_at"), optional("bytes_loaded"), optional("fire_requested_at")
     return SharedAdvisory(
         id=raw["id"],
         session_id=raw["session_id"],
@@ -119,6 +138,8 @@ def _decode_advisory(flat: Sequence[str]) -> SharedAdvisory:
         failed=raw.get("failed") == "1",
         stopped=raw.get("stopped") == "1",
         bytes_loaded=None if loaded is None else int(loaded),
+        fire_requested_at=None if asked is None else float(asked),
+        fired_early=raw.get("fired_early") == "1",
     )
 
 
@@ -168,6 +189,7 @@ class RedisShared:
         self._update = self._redis.register_script(_UPDATE)
         self._end = self._redis.register_script(_END)
         self._take = self._redis.register_script(_TAKE)
+        self._request_fire = self._redis.register_script(_REQUEST_FIRE)
         self._down_until = 0.0
 
     async def _call(self, operation: str, work: Callable[[], Awaitable[T]]) -> T:
@@ -223,6 +245,29 @@ class RedisShared:
         if not raw:
             return None
         return _decode_advisory([x for pair in cast(dict[str, str], raw).items() for x in pair])
+
+    async def request_fire(
+        self, session_id: str, *, expires_at: float, now: float, keep_s: float
+    ) -> SharedAdvisory | None:
+        args: list[str | float] = [repr(now), repr(expires_at), keep_s, f"{self.prefix}fires:", int(keep_s * 1000)]
+        record = await self._call("request_fire", lambda: self._request_fire(keys=[self._adv(session_id)], args=args))
+        return _decode_advisory(record) if record else None
+
+    async def fire_requests(self, owner: str) -> list[tuple[str, str]]:
+        key = f"{self.prefix}fires:{owner}"
+
+        async def work() -> list[Any]:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.lrange(key, 0, -1)
+                pipe.delete(key)
+                return await pipe.execute()
+
+        queued, _ = await self._call("fire_requests", work)
+        requests = []
+        for item in queued:
+            advisory_id, _, session_id = str(item).partition(" ")
+            requests.append((session_id, advisory_id))
+        return requests
 
     async def end_advisory(
         self, session_id: str, advisory_id: str, now: float
