@@ -111,6 +111,14 @@ def test_available_host_memory_is_bounded_by_the_cgroup(tmp_path: Path) -> None:
     assert available_host_memory_bytes(tmp_path / "no-meminfo", cgroup) > 0  # the free pages instead
 
 
+@pytest.fixture(autouse=True)
+def _a_gpu_machines_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU worker's command sizes its host pool from the machine's available memory: a lent GPU machine's, not
+    whatever this shared machine has free at the moment (under 17 GiB it refuses, as it should). Tests of that
+    sizing set their own."""
+    monkeypatch.setattr(launcher, "available_host_memory_bytes", lambda: 120 * 1024**3)
+
+
 # --- the GPU worker's command line and environment ----------------------------------------------------
 
 

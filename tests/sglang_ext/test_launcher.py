@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sessiongate.sglang_ext import launcher
 from sessiongate.sglang_ext.cpu_compat import SITE_DIR
 from sessiongate.sglang_ext.hardware import cores_per_worker, has_cuda
 from sessiongate.sglang_ext.launcher import build_command, build_env, resolve_config
@@ -26,6 +27,13 @@ def flag_value(command: list[str], flag: str) -> str:
 def _models_in_each_state_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher's own default (the test session shares one models directory: tests/conftest.py)."""
     monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _a_gpu_machines_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU worker's command sizes its host pool from the machine's available memory: a lent GPU machine's, not
+    whatever this shared machine has free at the moment (under 17 GiB it refuses, as it should)."""
+    monkeypatch.setattr(launcher, "available_host_memory_bytes", lambda: 120 * 1024**3)
 
 
 def test_a_shared_models_directory_holds_the_named_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

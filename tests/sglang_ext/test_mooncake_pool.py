@@ -19,8 +19,7 @@ import httpx
 import pytest
 
 from sessiongate.sglang_ext.hardware import cores_per_worker
-from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
-from sessiongate.sglang_ext.models import model_dir
+from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, served_model_name, start_worker
 from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
 from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport
 from sessiongate.sglang_ext.worker_process import stop_all
@@ -109,10 +108,11 @@ def test_a_session_moves_to_another_worker_through_mooncake(pool: Pool) -> None:
     # The same hashed page keys as the file pool, prefixed with the served model, the digest of its KV layout
     # (`sglang_ext.pool_namespace`) and the verified format's tag (`internals.page_digest`; SGLang's MooncakeStore
     # stores K and V of a page under two keys).
-    model = pool.a_process.config.model_path or model_dir(pool.a_process.config.state_dir, "tiny")
+    served = served_model_name(pool.a_process.config)
+    assert served == "tiny"  # the model's name, not this machine's path to it
     namespaces = {key.split("_", 1)[0] for key in new_keys}
     assert len(namespaces) == 1
-    assert re.fullmatch(re.escape("-".join(str(model).split("/"))) + r"-sg[0-9a-f]{12}-xxh3", namespaces.pop())
+    assert re.fullmatch(re.escape(served) + r"-sg[0-9a-f]{12}-xxh3", namespaces.pop())
     assert len(new_keys) == 2 * (answer1["usage"]["prompt_tokens"] // PAGE)
 
     context = [*turn1, {"role": "assistant", "content": answer(answer1)}]
