@@ -252,7 +252,9 @@ async def _complete(ctx: TurnContext, url: str, upstream: dict[str, Any]) -> Res
     with state.workers.lease(ctx.worker_id):
         ctx.dispatched_at = now()
         traceparent = ctx.trace.upstream_start(ctx.worker_id)
-        answer = await state.worker_client.chat(ctx.worker_id, url, upstream, traceparent=traceparent)
+        lost = f"Worker {ctx.worker_id} became unreachable before it answered (its health checks cannot connect)."
+        with state.workers.abort_if_lost(ctx.worker_id, lost):
+            answer = await state.worker_client.chat(ctx.worker_id, url, upstream, traceparent=traceparent)
     result = result_from_response(answer)
     await finish_turn(ctx, result)
     if isinstance(answer.get("usage"), dict):

@@ -4,6 +4,12 @@ Health comes from two sources: a background loop that polls each worker's `GET /
 themselves (a worker that refuses a connection is marked down at once). A worker is routable after one good
 check; one that fails `unhealthy_after` checks in a row leaves the routable set until its next good check. A check
 that times out while the gateway has turns in flight on the worker does not count: the worker is busy.
+
+Each check opens a new connection (`Connection: close`), so that a worker whose host or link is gone fails it at
+the connect (refused, no route, or no answer to the handshake), which a busy worker never does: such a failure
+counts even with turns in flight, and a worker taken out that way ends its turns in flight at once
+(`abort_if_lost`: `WorkerUnreachable`, mid-stream or before the first byte), where they would otherwise wait out
+the read timeout on a connection nobody will ever answer.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -19,9 +26,10 @@ import structlog
 
 from sessiongate.sglang_ext.protocol import LoadReport
 
+from .errors import WorkerUnreachable
 from .routing import WorkerView
 
-__all__ = ["Worker", "WorkerPool", "worker_id_for"]
+__all__ = ["LostWatch", "Worker", "WorkerPool", "worker_id_for"]
 
 log = structlog.get_logger(__name__)
 
@@ -30,6 +38,14 @@ def worker_id_for(url: str) -> str:
     """A stable, readable id for a worker URL: `host:port`."""
     parts = urlsplit(url)
     return parts.netloc or url
+
+
+@dataclass(slots=True, eq=False)
+class LostWatch:
+    """A turn in flight on a worker (`WorkerPool.abort_if_lost`): its task is cancelled if the worker is lost."""
+
+    task: asyncio.Task[Any]
+    lost: bool = False
 
 
 @dataclass(slots=True)
@@ -52,6 +68,7 @@ class Worker:
     load_received_at: float = 0.0
     in_flight_at_report: int = 0
     extension: bool | None = None
+    watches: set[LostWatch] = field(default_factory=set)
 
     def view(self, *, now: float | None = None, stale_after_s: float = 2.0) -> WorkerView:
         """The policy's view; a load report older than `stale_after_s` is ignored (in-flight counts only)."""
@@ -111,6 +128,34 @@ class WorkerPool:
             worker.in_flight -= 1
             worker.served += 1
 
+    @contextlib.contextmanager
+    def abort_if_lost(self, worker_id: str, message: str) -> Iterator[None]:
+        """Run the block (a turn's wait on the worker) until it ends or the worker is found unreachable by its health
+        checks; then raise `WorkerUnreachable(message)` in it. Only the calling task is cancelled, by
+        `Task.cancel` (no cancel scope or task group: this is on every turn's path)."""
+        task = asyncio.current_task()
+        assert task is not None
+        watch = LostWatch(task)
+        worker = self._workers[worker_id]
+        worker.watches.add(watch)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if not watch.lost:
+                raise
+            task.uncancel()
+            raise WorkerUnreachable(message, worker=worker_id) from None
+        finally:
+            worker.watches.discard(watch)
+
+    def _abort_in_flight(self, worker: Worker) -> None:
+        for watch in list(worker.watches):
+            if not watch.lost:
+                watch.lost = True
+                watch.task.cancel()
+        if worker.watches:
+            log.warning("worker_lost_turns_aborted", worker=worker.id, turns=len(worker.watches))
+
     def report_unreachable(self, worker_id: str, reason: str) -> None:
         """A request could not reach the worker: take it out now rather than at the next check."""
         worker = self._workers.get(worker_id)
@@ -121,10 +166,16 @@ class WorkerPool:
             log.warning("worker_down", worker=worker_id, reason=reason)
 
     async def check(self, worker: Worker) -> bool:
+        unreachable = False
         try:
-            response = await self._client.get(f"{worker.url}/health", timeout=self._timeout)
+            response = await self._client.get(
+                f"{worker.url}/health", timeout=self._timeout, headers={"connection": "close"}
+            )
             ok = response.status_code == 200
             reason = None if ok else f"health answered {response.status_code}"
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            # No connection at all: the host, its link or its server is gone. A busy worker still accepts.
+            ok, reason, unreachable = False, f"{type(exc).__name__}: {exc}", True
         except httpx.TimeoutException as exc:
             if worker.healthy and worker.in_flight:
                 # SGLang's /health runs a one-token generation behind the running batch and answers only when the
@@ -148,6 +199,8 @@ class WorkerPool:
                 log.warning("worker_down", worker=worker.id, reason=reason)
             elif not worker.healthy and worker.consecutive_failures == 1:
                 log.warning("worker_not_answering", worker=worker.id, url=worker.url, reason=reason)
+            if unreachable and worker.consecutive_failures >= self._unhealthy_after:
+                self._abort_in_flight(worker)
         return ok
 
     async def check_all(self) -> None:
