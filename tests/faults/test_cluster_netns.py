@@ -198,6 +198,22 @@ def test_postgres_unreachable_for_ten_seconds(healthy: NetnsCluster) -> None:
     assert before.status_code == 200, before.text
     answered: list[str] = []
     refused: list[tuple[int, str | None, float]] = []
+    # A turn accepted before the cut and answered during it: its recording waits for the store, it is not lost.
+    streamed: list[bytes] = []
+
+    def accepted_turn() -> None:
+        body = _body("accepted before the cut", stream=True, max_tokens=300)
+        with httpx.stream(
+            "POST", f"{url}/v1/chat/completions", json=body, headers={"x-session-id": "pg-2"}, timeout=120
+        ) as response:
+            streamed.extend(response.iter_bytes())
+
+    thread = threading.Thread(target=accepted_turn, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while len(streamed) < 2:
+        assert time.monotonic() < deadline, "the accepted turn did not stream"
+        time.sleep(0.01)
     with cluster.link_cut("pg"):
         cut_at = time.monotonic()
         while time.monotonic() - cut_at < 10:
@@ -241,6 +257,12 @@ def test_postgres_unreachable_for_ten_seconds(healthy: NetnsCluster) -> None:
         time.sleep(0.5)
     assert contents == ["before", *answered, "after"]
     assert {t["status"] for t in turns} == {"ok"}
+    thread.join(60)
+    assert b"[DONE]" in b"".join(streamed)
+    deadline = time.monotonic() + 30
+    while (statuses := [t["status"] for t in _turns(cluster, "pg-2")]) != ["ok"]:
+        assert time.monotonic() < deadline, f"the turn answered during the outage is {statuses}"
+        time.sleep(0.5)
 
 
 def _prefetch_and_answer(client: httpx.Client, messages: list[dict[str, Any]]) -> tuple[float, PrefetchStatus, str]:
