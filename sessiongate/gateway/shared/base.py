@@ -82,6 +82,7 @@ class SharedState(Protocol):
     # False for the in-process backend: one process's own memory already is the whole state, so the chat path
     # skips the shared calls entirely (no await, no copy) and the single-process gateway costs what it did.
     distributed: bool
+
     # False from a failed call until one succeeds again: meanwhile the replica decides with its own state (`/readyz`
     # and `/metrics` say so). `failures` counts the calls that failed since the start. Always True / 0 in-process.
     @property
