@@ -78,7 +78,10 @@ class StreamRelay:
 
     async def _relay(self, send: Send) -> None:
         assert self._lines is not None
+        worker = self.ctx.state.workers.get(self.ctx.worker_id)
         async for lines in self._lines:
+            if worker is not None:
+                worker.last_progress = time.monotonic()
             # What arrived together leaves together: one write to the client per read from the worker.
             out = []
             for line in lines:

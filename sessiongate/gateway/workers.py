@@ -3,7 +3,9 @@
 Health comes from two sources: a background loop that polls each worker's `GET /health`, and the requests
 themselves (a worker that refuses a connection is marked down at once). A worker is routable after one good
 check; one that fails `unhealthy_after` checks in a row leaves the routable set until its next good check. A check
-that times out while the gateway has turns in flight on the worker does not count: the worker is busy.
+that times out while the gateway has turns in flight on the worker does not count if the worker sent bytes of one
+of them within `busy_grace_s` (5 s): it is busy. One that sends nothing while it cannot answer its health check
+(SIGSTOPped, its host frozen: it still accepts connections, its kernel does) is not busy but half-open, and leaves.
 
 Each check opens a new connection (`Connection: close`), so that a worker whose host or link is gone fails it at
 the connect (refused, no route, or no answer to the handshake), which a busy worker never does: such a failure
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +69,8 @@ class Worker:
     # in-flight count at that moment; `extension` is False once the worker answered 404 (no sessiongate).
     load: LoadReport | None = None
     load_received_at: float = 0.0
+    # When the worker last sent bytes of a turn (monotonic seconds; the relay sets it): a busy worker does.
+    last_progress: float = 0.0
     in_flight_at_report: int = 0
     extension: bool | None = None
     watches: set[LostWatch] = field(default_factory=set)
@@ -99,11 +104,13 @@ class WorkerPool:
         *,
         health_timeout_s: float,
         unhealthy_after: int,
+        busy_grace_s: float = 5.0,
     ) -> None:
         self._workers = {worker_id_for(u): Worker(id=worker_id_for(u), url=u.rstrip("/")) for u in urls}
         self._client = client
         self._timeout = health_timeout_s
         self._unhealthy_after = unhealthy_after
+        self._busy_grace_s = busy_grace_s
 
     @property
     def workers(self) -> list[Worker]:
@@ -177,11 +184,12 @@ class WorkerPool:
             # No connection at all: the host, its link or its server is gone. A busy worker still accepts.
             ok, reason, unreachable = False, f"{type(exc).__name__}: {exc}", True
         except httpx.TimeoutException as exc:
-            if worker.healthy and worker.in_flight:
+            if worker.healthy and worker.in_flight and time.monotonic() - worker.last_progress < self._busy_grace_s:
                 # SGLang's /health runs a one-token generation behind the running batch and answers only when the
                 # scheduler next reports: on a worker whose forward passes take seconds (long prefills on CPU) it
                 # times out while the worker serves. Busy is not dead: a hung worker is caught by its turns'
-                # timeouts, which take it out at once (`report_unreachable`).
+                # timeouts, which take it out at once (`report_unreachable`). But a worker that sends nothing for any
+                # of its turns either is not busy: it is hung or half-open, and leaves (its turns keep their timeout).
                 log.debug("worker_busy", worker=worker.id, in_flight=worker.in_flight)
                 return True
             ok, reason = False, f"{type(exc).__name__}: {exc}"

@@ -4,6 +4,8 @@ again, so a worker deep in long prefills times out the check while serving."""
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import anyio.lowlevel
 import httpx
@@ -65,6 +67,7 @@ async def test_a_worker_serving_turns_that_times_out_stays_routable() -> None:
     assert worker is not None
     worker.healthy = True
     with pool.lease(worker.id):
+        worker.last_progress = time.monotonic()  # its turns' bytes are arriving: busy
         assert await _checks(pool, 3) == [True, True, True]
         assert [w.id for w in pool.routable()] == [worker.id]
     assert await _checks(pool, 2) == [False, False]  # its turns are done and it still does not answer
@@ -120,6 +123,22 @@ async def test_a_busy_worker_keeps_its_turns() -> None:
     assert worker is not None
     worker.healthy = True
     with pool.lease(worker.id), pool.abort_if_lost(worker.id, "lost"):
+        worker.last_progress = time.monotonic()
         assert await _checks(pool, 3) == [True, True, True]
+        assert [watch.lost for watch in worker.watches] == [False]
+    await client.aclose()
+
+
+async def test_a_half_open_worker_with_turns_in_flight_leaves() -> None:
+    """It accepts connections (its kernel does) but sends nothing, for its health checks or its turns (SIGSTOP): not
+    busy but hung. It leaves routing; its turns keep their read timeout (they are not aborted: it may come back)."""
+    pool, client = _pool("timeout")
+    worker = pool.get(worker_id_for(URL))
+    assert worker is not None
+    worker.healthy = True
+    worker.last_progress = time.monotonic() - 10  # its last bytes, 10 s ago (busy_grace_s is 5)
+    with pool.lease(worker.id), pool.abort_if_lost(worker.id, "lost"):
+        assert await _checks(pool, 2) == [False, False]
+        assert pool.routable() == []
         assert [watch.lost for watch in worker.watches] == [False]
     await client.aclose()
