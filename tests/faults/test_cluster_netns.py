@@ -311,12 +311,15 @@ def test_a_slow_lossy_pool_link_slows_prefetches_not_answers(healthy: NetnsClust
             cluster.net.shape("mc", delay_ms=0, loss_pct=0)
     print(
         f"prefetch from the pool: {clean_s:.3f} s on a clean link ({clean.bytes_loaded} bytes), {faulty_s:.3f} s "
-        f"with 50 ms each way and 5% loss ({faulty.bytes_loaded} bytes)"
+        f"with 50 ms each way and 5% loss ({faulty.bytes_loaded} bytes, {faulty.pages_unavailable} pages given up)"
     )
     assert clean.state == "done"
     assert faulty.state == "done"
     assert clean.bytes_loaded
-    assert faulty.bytes_loaded == clean.bytes_loaded
+    assert clean.pages_unavailable == 0
+    # Over the faulty link the pages arrive late, or the read gives up (the pool's transfer timed out: a miss,
+    # so the worker computes the prefix instead). Either way it costs time, never a different answer.
+    assert faulty.bytes_loaded == clean.bytes_loaded or faulty.pages_unavailable > 0
     assert faulty_s > clean_s + 0.1  # at least a round trip of 100 ms more
     assert faulty_answer == clean_answer == computed["choices"][0]["message"]["content"]
 
