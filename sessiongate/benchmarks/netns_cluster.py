@@ -77,6 +77,8 @@ def netns_unavailable() -> str | None:
         return "no /dev/net/tun (the pool's link is a pair of TAP devices)"
     if shutil.which("redis-server") is None:
         return "no redis-server (scripts/ensure-redis.sh)"
+    if subprocess.run(["bash", str(POSTGRES_BINDIR_SCRIPT)], capture_output=True, check=False).returncode != 0:
+        return "no PostgreSQL server binaries (initdb, pg_ctl): see scripts/postgres-bindir.sh"
     probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         return f"`ip netns` does not work here: {probe.stderr.strip()}"
