@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import json
 import random
+import shutil
 import signal
 import tempfile
 import time
@@ -320,6 +321,7 @@ def run_soak(config: SoakConfig, out: Path) -> dict[str, Any]:
         run = asyncio.run(_drive(cluster, config))
         rows = asyncio.run(_store_rows(cluster.database_url))
         visible = {f["name"] + f" @ {f['start']:.0f} s": _visible(f, run.samples, cluster) for f in run.faults}
+    shutil.rmtree(root, ignore_errors=True)  # the cluster's logs and databases (kept if it failed: they say why)
     ok_rows: dict[tuple[str, str], int] = {}
     for session_id, status, content in rows:
         if status == "ok":

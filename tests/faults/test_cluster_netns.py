@@ -11,6 +11,7 @@ without them, unless `SESSIONGATE_REQUIRE_NETNS=1` (CI), which makes that a fail
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -54,6 +55,7 @@ def cluster() -> Iterator[NetnsCluster]:
         yield made
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert f"sgc-{name}-" not in namespaces  # everything it made is gone
+    shutil.rmtree(root, ignore_errors=True)  # kept when the start failed: its logs say why
 
 
 @pytest.fixture
