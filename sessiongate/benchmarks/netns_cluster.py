@@ -111,7 +111,8 @@ class ClusterNetwork:
         return done.stdout
 
     def up(self) -> ClusterNetwork:
-        out = self._script("up", self.name, "--nodes", " ".join(self.roles), "--relay", " ".join(self.relayed))
+        relay = ["--relay", " ".join(self.relayed)] if self.relayed else []
+        out = self._script("up", self.name, "--nodes", " ".join(self.roles), *relay)
         for line in out.splitlines():
             fields = dict(part.split("=", 1) for part in line.split())
             if "client" in fields:

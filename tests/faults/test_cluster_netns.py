@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sessiongate.benchmarks.netns_cluster import NetnsCluster, netns_unavailable
+from sessiongate.benchmarks.netns_cluster import ClusterError, ClusterNetwork, NetnsCluster, netns_unavailable
 from sessiongate.sdk._sse import iter_events
 from sessiongate.sglang_ext.mooncake import mooncake_unavailable
 from sessiongate.sglang_ext.protocol import PREFETCH_PATH, PrefetchAccepted, PrefetchStatus
@@ -380,3 +380,16 @@ def test_a_replica_killed_with_a_turn_in_flight_the_retry_makes_one_turn(healthy
     assert [t["status"] for t in turns] == ["failed", "ok"]
     assert turns[0]["error"]["type"] == "interrupted"
     assert turns[1]["output_message"]["content"]
+
+
+def test_a_failed_up_leaves_nothing_behind() -> None:
+    """`up` that fails half way (the second node's name is refused) removes the bridge and namespace it made."""
+    name = f"f{os.getpid() % 100000}"
+    network = ClusterNetwork(name, ("a", "BAD"), relayed=())
+    with pytest.raises(ClusterError, match="ROLE must be"):
+        network.__enter__()
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert f"sgc-{name}-" not in namespaces
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    assert f"sgc-{name}" not in links
+    assert f"sgc{name}-" not in links
