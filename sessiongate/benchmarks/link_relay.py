@@ -9,6 +9,11 @@ qdisc a veth pair would use for the delay; tbf and TUN are there. Only the stand
 (`python3 link_relay.py HOST_IF NS_IF DELAY_MS [LOSS_PCT]`, root): it is started before any virtual environment is
 known. The devices exist while it runs (they are not persistent), so ending it takes the link down. Packets keep
 their order; the relay adds the delay after the rate, as a link's propagation follows its serialisation.
+
+`--tap` makes the two devices TAP (Ethernet frames) instead of TUN, so that one end can join a bridge
+(`scripts/netns-cluster.sh` puts a node's link on its cluster's bridge this way). `--control FILE`: on SIGHUP the
+relay reads `DELAY_MS LOSS_PCT` from FILE and applies them to the packets that arrive from then on (a fault
+injected into a running link, and removed again, without cutting its connections).
 """
 
 from __future__ import annotations
@@ -28,19 +33,32 @@ __all__ = ["open_tun", "relay"]
 
 _TUNSETIFF = 0x400454CA
 _IFF_TUN = 0x0001
+_IFF_TAP = 0x0002
 _IFF_NO_PI = 0x1000
 _READ_SIZE = 1 << 16
 
 
-def open_tun(name: str) -> int:
-    """A non-blocking fd of the TUN device `name` (created here if absent, gone once every fd of it is closed)."""
+def open_tun(name: str, *, tap: bool = False) -> int:
+    """A non-blocking fd of the TUN (or TAP) device `name` (created here if absent, gone once every fd of it is
+    closed)."""
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
-    fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", name.encode(), _IFF_TUN | _IFF_NO_PI))
+    fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", name.encode(), (_IFF_TAP if tap else _IFF_TUN) | _IFF_NO_PI))
     return fd
 
 
-def relay(left: int, right: int, delay_s: float, loss: float) -> None:
-    """Forward packets between the two fds, each `delay_s` late, dropping a `loss` fraction; until SIGTERM."""
+def _read_control(path: str) -> tuple[float, float] | None:
+    """`DELAY_MS LOSS_PCT` from the control file, as (seconds, fraction); None when it is absent or malformed."""
+    try:
+        with open(path) as control:
+            fields = control.read().split()
+        return float(fields[0]) / 1000.0, float(fields[1]) / 100.0
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def relay(left: int, right: int, delay_s: float, loss: float, control: str | None = None) -> None:
+    """Forward packets between the two fds, each `delay_s` late, dropping a `loss` fraction; until SIGTERM.
+    With `control`, SIGHUP rereads both from that file."""
     held: dict[int, collections.deque[tuple[float, bytes]]] = {left: collections.deque(), right: collections.deque()}
     peer = {left: right, right: left}
     # select(2), not epoll: epoll's timeout is whole milliseconds, which would add up to 1 ms to a sub-ms delay.
@@ -53,8 +71,16 @@ def relay(left: int, right: int, delay_s: float, loss: float) -> None:
         nonlocal stopping
         stopping = True
 
+    def reshape(*_: object) -> None:
+        nonlocal delay_s, loss
+        shape = _read_control(control) if control else None
+        if shape is not None:
+            delay_s, loss = shape
+            print(f"link_relay: now {delay_s * 1000:g} ms, {loss * 100:g}% loss", flush=True)
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, reshape)
     while not stopping:
         now = time.monotonic()
         for source, queue in held.items():
@@ -64,7 +90,11 @@ def relay(left: int, right: int, delay_s: float, loss: float) -> None:
                     os.write(peer[source], queue.popleft()[1])
         dues = [queue[0][0] for queue in held.values() if queue]
         timeout = max(0.0, min(dues) - now) if dues else 0.5
-        for key, _ in selector.select(timeout):
+        try:
+            ready = selector.select(timeout)
+        except InterruptedError:  # a signal (SIGHUP) during the wait: Python retries, but be explicit
+            continue
+        for key, _ in ready:
             fd = key.fd
             arrived = time.monotonic()
             while True:
@@ -80,13 +110,21 @@ def relay(left: int, right: int, delay_s: float, loss: float) -> None:
 
 
 def main(argv: list[str]) -> int:
+    tap = "--tap" in argv
+    argv = [arg for arg in argv if arg != "--tap"]
+    control = None
+    if "--control" in argv and argv.index("--control") + 1 < len(argv):
+        at = argv.index("--control")
+        control = argv[at + 1]
+        argv = argv[:at] + argv[at + 2 :]
     if len(argv) not in (3, 4):
-        print("usage: link_relay.py HOST_IF NS_IF DELAY_MS [LOSS_PCT]", file=sys.stderr)
+        print("usage: link_relay.py HOST_IF NS_IF DELAY_MS [LOSS_PCT] [--tap] [--control FILE]", file=sys.stderr)
         return 2
     os.setsid()  # its own session: the shell that started it may end, the link stays up
-    left, right = open_tun(argv[0]), open_tun(argv[1])
+    left, right = open_tun(argv[0], tap=tap), open_tun(argv[1], tap=tap)
     print(f"link_relay: {argv[0]} <-> {argv[1]}, {argv[2]} ms", flush=True)
-    relay(left, right, float(argv[2]) / 1000.0, float(argv[3]) / 100.0 if len(argv) == 4 else 0.0)
+    loss = float(argv[3]) / 100.0 if len(argv) == 4 else 0.0
+    relay(left, right, float(argv[2]) / 1000.0, loss, control)
     return 0
 
 

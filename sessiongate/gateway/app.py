@@ -129,7 +129,10 @@ def create_app(
                     await sessions.upgrade(settings.database_url)
                 the_store = sessions.SqlSessionStore(sessions.create_engine(settings.database_url))
                 stack.push_async_callback(the_store.close)
-            instance, run = settings.instance_id or f"{socket.gethostname()}:{settings.port}", secrets.token_hex(8)
+            instance, run = (
+                settings.instance_id or default_instance_id(settings.host, settings.port),
+                secrets.token_hex(8),
+            )
             await _lease_instance(the_store, settings, instance, run)
             stack.push_async_callback(_release_instance, the_store, instance, run)
 
@@ -236,6 +239,17 @@ def create_app(
     )
     app.state.models_cache = {"expires": 0.0, "data": []}
     return app
+
+
+def default_instance_id(host: str, port: int) -> str:
+    """`<hostname>:<port>`, or `<hostname>:<address>:<port>` for a replica bound to one address that is not loopback.
+
+    A host name alone does not tell replicas apart where they share it: containers or network namespaces on one
+    machine (`scripts/netns-cluster.sh`), each with its own address and the same port. Two such replicas with one id
+    would refuse each other (`DuplicateInstance`); their addresses differ."""
+    if host in ("", "0.0.0.0", "::", "localhost") or host.startswith("127.") or host == "::1":
+        return f"{socket.gethostname()}:{port}"
+    return f"{socket.gethostname()}:{host}:{port}"
 
 
 class DuplicateInstance(RuntimeError):

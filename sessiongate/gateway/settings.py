@@ -94,7 +94,9 @@ class GatewaySettings(EnvSettings):
     secret per process (said at start-up), so caches are not shared across replicas or restarts."""
     instance_id: str = ""
     """This replica's stable name, recorded on the turns it serves; after a crash the restarted replica fails the
-    turns its dead run left pending at once. Unique per replica; empty means `<hostname>:<port>`."""
+    turns its dead run left pending at once. Unique per replica; empty means `<hostname>:<port>`, or
+    `<hostname>:<host>:<port>` when bound to one address other than loopback (replicas that share a host name, in
+    containers or network namespaces, differ by address)."""
     instance_lease_s: float = Field(10.0, gt=0)
     """The instance id is leased in the store and renewed every third of this: a gateway refuses to start while
     another live process holds its id; a crashed holder's lease is taken over after this (at once on its host)."""

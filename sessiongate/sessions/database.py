@@ -1,8 +1,11 @@
 """Engines and schema migrations: `create_engine(url)` with the per-backend settings, `upgrade(url)`.
 
 SQLite (`sqlite+aiosqlite:///path`) gets WAL journaling, foreign keys and a 5 s busy timeout on every new
-connection; PostgreSQL (`postgresql+asyncpg://...`) gets pre-ping, a 5 s connect timeout and a statement
-timeout. `upgrade` runs Alembic's `upgrade head` with the migrations shipped in this package; the Alembic
+connection; PostgreSQL (`postgresql+asyncpg://...`) gets pre-ping, a 5 s connect timeout, a statement
+timeout, and TCP timeouts on its sockets (`UNACKNOWLEDGED_TIMEOUT_S`): a server that a network partition cut off
+(no refusal, no reset: its packets just vanish) fails a statement within seconds, where the statement timeout (30
+s) or the kernel's retransmissions (~15 min) would hold every request that long.
+`upgrade` runs Alembic's `upgrade head` with the migrations shipped in this package; the Alembic
 configuration is built in code (there is no alembic.ini). A database that cannot be reached raises
 `StoreUnavailable`.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ __all__ = [
     "CONNECT_TIMEOUT_S",
     "SQLITE_BUSY_TIMEOUT_MS",
     "STATEMENT_TIMEOUT_S",
+    "UNACKNOWLEDGED_TIMEOUT_S",
     "alembic_config",
     "create_engine",
     "sqlite_file_engine",
@@ -38,6 +43,10 @@ __all__ = [
 SQLITE_BUSY_TIMEOUT_MS = 5000
 CONNECT_TIMEOUT_S = 5.0
 STATEMENT_TIMEOUT_S = 30.0
+UNACKNOWLEDGED_TIMEOUT_S = 3.0
+"""A PostgreSQL connection whose sent bytes the server's host has not acknowledged for this long is dead
+(`TCP_USER_TIMEOUT`); an idle one is probed after as long (TCP keepalive). A slow query is not affected: its
+server's kernel acknowledges the bytes at once, however long the query takes."""
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -91,8 +100,33 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
             connect_args = {"timeout": CONNECT_TIMEOUT_S, "command_timeout": STATEMENT_TIMEOUT_S}
         connect_args.update(kwargs.pop("connect_args", {}))
         kwargs.setdefault("pool_pre_ping", True)
-        return create_async_engine(parsed, connect_args=connect_args, **kwargs)
+        engine = create_async_engine(parsed, connect_args=connect_args, **kwargs)
+        event.listen(engine.sync_engine, "connect", _set_tcp_timeouts)
+        return engine
     raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: use sqlite or postgresql")
+
+
+def _connection_socket(dbapi_connection: Any) -> socket.socket | None:
+    """The TCP socket under an asyncpg connection, or None (a Unix socket, another driver). asyncpg has no public
+    way to it: its `Connection._transport` (asyncpg 0.32; tests/sessions/test_postgres_tcp_timeouts.py notices if
+    an upgrade removes it), then asyncio's public `get_extra_info("socket")`."""
+    transport = getattr(getattr(dbapi_connection, "driver_connection", None), "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return sock  # type: ignore[no-any-return]
+
+
+def _set_tcp_timeouts(dbapi_connection: Any, connection_record: Any) -> None:
+    sock = _connection_socket(dbapi_connection)
+    if sock is None:
+        return
+    seconds = max(1, round(UNACKNOWLEDGED_TIMEOUT_S))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, round(UNACKNOWLEDGED_TIMEOUT_S * 1000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, seconds)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 2)
 
 
 def sqlite_file_engine(engine: AsyncEngine) -> Engine | None:

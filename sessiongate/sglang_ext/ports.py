@@ -6,8 +6,10 @@ files). Left to itself SGLang picks the store's port as "free right now"; a seco
 one once took the first one's HTTP port that way before the first had bound it, and the first then failed with
 "address already in use". The launcher therefore passes both ports, and claims each for the worker's lifetime:
 
-- a claim is a file `<port>` in a directory shared by every launcher on the machine (created with O_EXCL, holding
-  the claiming process's pid); a claim whose process is gone is stale and taken over;
+- a claim is a file `<port>` in a directory shared by every launcher in the same network namespace (created with
+  O_EXCL, holding the claiming process's pid); a claim whose process is gone is stale and taken over. Ports belong
+  to a network namespace, not to the machine: workers in two namespaces (two hosts' worth of network on one
+  machine, `scripts/netns-cluster.sh`) may both use port 30000, so each namespace has its own directory;
 - `claim(port)` refuses a port another live launcher holds or that something already listens on;
 - `claim_free()` picks a free port nobody has claimed, from `pick_port()`.
 
@@ -43,7 +45,12 @@ class PortTaken(RuntimeError):
 
 
 def default_claims_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "sessiongate-ports"
+    """`<tmp>/sessiongate-ports/netns-<inode>`: one directory per network namespace (its ports are its own)."""
+    base = Path(tempfile.gettempdir()) / "sessiongate-ports"
+    try:
+        return base / f"netns-{os.stat('/proc/self/ns/net').st_ino}"
+    except OSError:  # no /proc: one directory for the machine
+        return base
 
 
 def port_is_bindable(host: str, port: int) -> bool:

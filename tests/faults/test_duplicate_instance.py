@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from socket import gethostname
 
 import anyio
 import pytest
 
 from sessiongate import sessions
-from sessiongate.gateway.app import DuplicateInstance, create_app
+from sessiongate.gateway.app import DuplicateInstance, create_app, default_instance_id
 from sessiongate.gateway.settings import GatewaySettings
 
 pytestmark = pytest.mark.anyio
@@ -66,3 +67,12 @@ async def test_a_crashed_holder_elsewhere_is_taken_over_after_its_lease(tmp_path
         async with app.router.lifespan_context(app):
             pass
     assert time.monotonic() - started >= LEASE_S  # it waited for the lease to run out, then took the id
+
+
+def test_replicas_sharing_a_host_name_get_distinct_default_ids() -> None:
+    """Replicas in network namespaces or containers of one machine share its host name and may share a port: bound to
+    their own addresses, their default ids differ (tests/faults/test_cluster_netns.py runs two such replicas)."""
+    assert default_instance_id("198.19.1.10", 8000) != default_instance_id("198.19.1.11", 8000)
+    assert default_instance_id("198.19.1.10", 8000) == f"{gethostname()}:198.19.1.10:8000"
+    for local in ("127.0.0.1", "0.0.0.0", "::", "localhost", ""):
+        assert default_instance_id(local, 8000) == f"{gethostname()}:8000"  # as before: restarts keep their id

@@ -18,7 +18,11 @@ async def test_health_readiness_and_models(gateway: Gateway) -> None:
     assert (await gateway.client.get("/healthz")).json() == {"status": "ok"}
     ready = await gateway.client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["checks"] == {"store": "ok", "workers": "2 of 2 routable"}
+    assert ready.json()["checks"] == {
+        "store": "ok",
+        "shared_state": "local (this replica's own memory)",
+        "workers": "2 of 2 routable",
+    }
     models = (await gateway.client.get("/v1/models")).json()
     assert models["object"] == "list"
     assert [m["id"] for m in models["data"]] == ["fake-model"]

@@ -15,7 +15,7 @@ from sessiongate.sglang_ext import gpu_placement, launcher, parallelism
 from sessiongate.sglang_ext.gpu_placement import available_host_memory_bytes, host_kv_pool_gb, place_workers
 from sessiongate.sglang_ext.hardware import gpu_count_present, gpu_ids
 from sessiongate.sglang_ext.launcher import build_command, build_env, resolve_config, start_worker
-from sessiongate.sglang_ext.ports import PortClaims, PortTaken
+from sessiongate.sglang_ext.ports import PortClaims, PortTaken, default_claims_dir
 from sessiongate.sglang_ext.worker_config import WorkerConfig, parse_worker_config
 from sessiongate.sglang_ext.worker_process import WorkerProcess, WorkerStartError, wait_all_ready
 
@@ -368,3 +368,11 @@ def test_up_places_its_workers_and_shares_the_host_memory(
     monkeypatch.setattr(gpu_placement, "available_host_memory_bytes", lambda: 120 * 1024**3)
     assert up._host_pool_gb(2, on_gpu=True) == 39
     assert up._host_pool_gb(2, on_gpu=False) is None
+
+
+def test_port_claims_are_per_network_namespace() -> None:
+    """Ports are a network namespace's: workers in two (two hosts' worth of network on one machine, as in
+    scripts/netns-cluster.sh) may both claim 30000, so each namespace has its own claims directory."""
+    namespace = os.stat("/proc/self/ns/net").st_ino
+    assert default_claims_dir().name == f"netns-{namespace}"
+    assert PortClaims().directory == default_claims_dir()

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sessiongate import sessions
+from sessiongate.gateway.shared import SharedState, SharedUnavailable
 from sessiongate.gateway.state import gateway_state
 
 from .auth import authenticate
@@ -31,6 +32,7 @@ async def readyz(request: Request) -> Response:
         checks["store"] = "ok"
     except sessions.StoreError as exc:
         checks["store"] = f"unavailable: {exc}"
+    checks["shared_state"] = await _shared_state_check(state.shared)
     routable = state.workers.routable()
     checks["workers"] = f"{len(routable)} of {len(state.workers.workers)} routable"
     ready = checks["store"] == "ok" and bool(routable)
@@ -39,10 +41,22 @@ async def readyz(request: Request) -> Response:
     )
 
 
+async def _shared_state_check(shared: SharedState) -> str:
+    """Not a condition of readiness: without Redis each replica decides with its own state (docs/architecture.md)."""
+    if not shared.distributed:
+        return "local (this replica's own memory)"
+    try:
+        await shared.ping()
+    except SharedUnavailable as exc:
+        return f"unavailable, deciding with this replica's own state: {exc}"
+    return "ok"
+
+
 async def metrics(request: Request) -> Response:
     state = gateway_state(request)
     for worker in state.workers.workers:
         state.metrics.observe_worker(worker)
+    state.metrics.observe_shared(state.shared)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -9,6 +9,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from sessiongate.gateway.advisor.stats import PREFETCH_LATENCY_BUCKETS, AdvisoryStats
+from sessiongate.gateway.shared import SharedState
 from sessiongate.gateway.workers.pool import Worker
 
 __all__ = ["AdvisoryCollector", "GatewayMetrics"]
@@ -94,6 +95,18 @@ class GatewayMetrics:
             ["worker"],
             registry=self.registry,
         )
+        self.shared_available = Gauge(
+            "sessiongate_shared_state_available",
+            "1 while the replicas' shared state (Redis) answers, 0 while this replica decides with its own state;"
+            " 1 without Redis (one replica).",
+            registry=self.registry,
+        )
+        self.shared_failures = Counter(
+            "sessiongate_shared_state_failures",
+            "Calls to the shared state (Redis) that failed: each one decided with this replica's own state.",
+            registry=self.registry,
+        )
+        self._shared_failures_seen = 0
         self.advisories = AdvisoryCollector()
         self.registry.register(self.advisories)
         # Label children by their values: `labels()` takes a lock and builds a key on every call, per request.
@@ -112,6 +125,13 @@ class GatewayMetrics:
         if child is None:
             child = self._turns_by[(status, worker)] = self.turns.labels(status, worker)
         child.inc()
+
+    def observe_shared(self, shared: SharedState) -> None:
+        """Set the shared state's figures (when `/metrics` is scraped)."""
+        self.shared_available.set(1 if shared.available else 0)
+        if shared.failures > self._shared_failures_seen:
+            self.shared_failures.inc(shared.failures - self._shared_failures_seen)
+            self._shared_failures_seen = shared.failures
 
     def observe_worker(self, worker: Worker) -> None:
         """Set the worker's gauges (when `/metrics` is scraped): its health and in-flight count here, and its queue,

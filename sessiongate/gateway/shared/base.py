@@ -91,6 +91,18 @@ class SharedState(Protocol):
     # skips the shared calls entirely (no await, no copy) and the single-process gateway costs what it did.
     distributed: bool
 
+    # False from a failed call until one succeeds again: meanwhile the replica decides with its own state (`/readyz`
+    # and `/metrics` say so). `failures` counts the calls that failed since the start. Always True / 0 in-process.
+    @property
+    def available(self) -> bool: ...
+
+    @property
+    def failures(self) -> int: ...
+
+    async def ping(self) -> bool:
+        """Whether the store answers now (raises `SharedUnavailable` when it does not)."""
+        ...
+
     async def begin_turn(self, session_id: str, now: float) -> SharedTurn: ...
 
     async def put_advisory(self, record: SharedAdvisory, *, keep_s: float) -> None:

@@ -22,6 +22,8 @@ __all__ = ["LocalShared"]
 
 class LocalShared:
     distributed = False
+    available = True
+    failures = 0
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
@@ -42,6 +44,9 @@ class LocalShared:
             del self._advisories[session_id]
             return None
         return held[0]
+
+    async def ping(self) -> bool:
+        return True
 
     async def begin_turn(self, session_id: str, now: float) -> SharedTurn:
         record = self._advisory(session_id)

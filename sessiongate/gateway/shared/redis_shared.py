@@ -191,6 +191,11 @@ class RedisShared:
         self._take = self._redis.register_script(_TAKE)
         self._request_fire = self._redis.register_script(_REQUEST_FIRE)
         self._down_until = 0.0
+        self.failures = 0
+
+    @property
+    def available(self) -> bool:
+        return not self._down_until
 
     async def _call(self, operation: str, work: Callable[[], Awaitable[T]]) -> T:
         if self._down_until and time.monotonic() < self._down_until:
@@ -201,7 +206,8 @@ class RedisShared:
             if not self._down_until:
                 log.warning("shared_state_unavailable", operation=operation, error=str(exc) or type(exc).__name__)
             self._down_until = time.monotonic() + self.retry_after_s
-            raise SharedUnavailable(str(exc)) from exc
+            self.failures += 1
+            raise SharedUnavailable(str(exc) or type(exc).__name__) from exc
         if self._down_until:
             self._down_until = 0.0
             log.info("shared_state_recovered", operation=operation)

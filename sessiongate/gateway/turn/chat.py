@@ -255,10 +255,13 @@ async def _dispatch(ctx: TurnContext, url: str, upstream: dict[str, Any], *, str
 
 async def _complete(ctx: TurnContext, url: str, upstream: dict[str, Any]) -> Response:
     state = ctx.state
-    with state.workers.lease(ctx.worker_id):
+    with state.workers.lease(ctx.worker_id) as worker:
         ctx.dispatched_at = now()
         traceparent = ctx.trace.upstream_start(ctx.worker_id)
-        answer = await state.worker_client.chat(ctx.worker_id, url, upstream, traceparent=traceparent)
+        lost = f"Worker {ctx.worker_id} became unreachable before it answered (its health checks cannot connect)."
+        with state.workers.abort_if_lost(ctx.worker_id, lost):
+            answer = await state.worker_client.chat(ctx.worker_id, url, upstream, traceparent=traceparent)
+        worker.last_progress = time.monotonic()
     result = result_from_response(answer)
     await finish_turn(ctx, result)
     if isinstance(answer.get("usage"), dict):

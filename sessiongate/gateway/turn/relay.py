@@ -51,10 +51,12 @@ class StreamRelay:
         self._resources.enter_context(state.workers.lease(self.ctx.worker_id))
         self.ctx.dispatched_at = datetime.now(UTC)
         traceparent = self.ctx.trace.upstream_start(self.ctx.worker_id)
+        lost = f"Worker {self.ctx.worker_id} became unreachable before it answered (its health checks cannot connect)."
         try:
-            self._lines = await self._resources.enter_async_context(
-                state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body, traceparent=traceparent)
-            )
+            with state.workers.abort_if_lost(self.ctx.worker_id, lost):
+                self._lines = await self._resources.enter_async_context(
+                    state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body, traceparent=traceparent)
+                )
         except UpstreamError:
             await self._resources.aclose()
             raise
@@ -62,19 +64,10 @@ class StreamRelay:
 
     async def pump(self, send: Send) -> None:
         assert self._lines is not None
+        lost = f"Worker {self.ctx.worker_id} became unreachable mid-stream (its health checks cannot connect)."
         try:
-            async for lines in self._lines:
-                # What arrived together leaves together: one write to the client per read from the worker.
-                out = []
-                for line in lines:
-                    out.append(self._translate(line))
-                    if self.done:
-                        break
-                body = b"".join(out)
-                if body:
-                    await send({"type": "http.response.body", "body": body, "more_body": True})
-                if self.done:
-                    break
+            with self.ctx.state.workers.abort_if_lost(self.ctx.worker_id, lost):
+                await self._relay(send)
             if not self.done:
                 raise WorkerUnreachable(
                     f"Worker {self.ctx.worker_id} ended the stream before it was done.", worker=self.ctx.worker_id
@@ -83,6 +76,24 @@ class StreamRelay:
             self.error = exc
             event = b"data: " + orjson.dumps(exc.body()) + b"\n\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
+
+    async def _relay(self, send: Send) -> None:
+        assert self._lines is not None
+        worker = self.ctx.state.workers.get(self.ctx.worker_id)
+        async for lines in self._lines:
+            if worker is not None:
+                worker.last_progress = time.monotonic()
+            # What arrived together leaves together: one write to the client per read from the worker.
+            out = []
+            for line in lines:
+                out.append(self._translate(line))
+                if self.done:
+                    break
+            body = b"".join(out)
+            if body:
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+            if self.done:
+                break
 
     def _translate(self, line: bytes) -> bytes:
         """The bytes to forward for one SSE line of the worker's stream (may be nothing)."""
