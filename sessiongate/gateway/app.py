@@ -25,6 +25,7 @@ from starlette.routing import Route
 from sessiongate import sessions
 
 from .admin_api import admin_routes
+from .admission import AdmissionConfig, FairAdmission
 from .advisor.signals import signal_routes
 from .auth import authentication_mode
 from .chat import chat_completions
@@ -210,6 +211,13 @@ def create_app(
                 metrics=gateway_metrics,
                 keys=KeyRing(the_store, ttl_s=settings.key_cache_ttl_s),
                 limits=limits,
+                admission=FairAdmission(
+                    AdmissionConfig(
+                        max_active=settings.admission_max_active,
+                        max_wait_s=settings.admission_max_wait_s,
+                        half_life_s=settings.admission_half_life_s,
+                    )
+                ),
                 salts=salts,
                 instance=instance,
                 run=run,

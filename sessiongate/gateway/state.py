@@ -9,6 +9,7 @@ from starlette.requests import Request
 
 from sessiongate import sessions
 
+from .admission import FairAdmission
 from .advisor import Advisor, WebhookVerifier
 from .extension import ExtensionClient
 from .limits import TenantLimits
@@ -36,6 +37,8 @@ class GatewayState:
     metrics: GatewayMetrics
     keys: KeyRing
     limits: TenantLimits
+    # The chat turns' fair queue and its bound (gateway/admission.py).
+    admission: FairAdmission
     salts: CacheSalts
     router: Router
     advisor: Advisor
