@@ -194,7 +194,8 @@ async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_
     assert gate.waiting == 1
     with pytest.raises(Saturated) as shed:
         await gate.enter("t", "d", 100)  # predicted 2 s > 1.5 s
-    assert shed.value.status_code == 503 and shed.value.code == "gateway_saturated"
+    assert shed.value.status_code == 503
+    assert shed.value.code == "gateway_saturated"
     assert shed.value.retry_after_s == pytest.approx(0.5)
     assert shed.value.headers() == {"Retry-After": "1"}
     assert gate.stats()["shed_503"] == 1
@@ -215,11 +216,13 @@ async def test_a_tenant_over_its_fair_share_gets_429_and_another_tenant_503() ->
     assert (gate.active, gate.waiting) == (2, 2)
     with pytest.raises(RateLimited) as over:
         await gate.enter("big", "b4", 100)  # 1.5 s; the big tenant holds 3 of 4 turns, its share is 1/2
-    assert over.value.status_code == 429 and over.value.code == "fair_share_exceeded"
+    assert over.value.status_code == 429
+    assert over.value.code == "fair_share_exceeded"
     # The small tenant's next turn goes ahead of most of big's: (0 own + 1 of big's + 1) x 1 s / 2 = 1 s, admitted.
     await starts.queue("small-2", "small", "s2")
     assert gate.waiting == 3
-    # Its third would wait (1 own + 2 of big's + 1) x 1 s / 2 = 2 s, and it holds 2 of 5 turns (under its half): saturated, not over its share.
+    # Its third would wait (1 own + 2 of big's + 1) x 1 s / 2 = 2 s; it holds 2 of 5 turns (under its half): the
+    # gateway is saturated, the tenant not over its share.
     with pytest.raises(Saturated):
         await gate.enter("small", "s3", 100)
 
@@ -276,6 +279,6 @@ async def test_renormalising_keeps_the_order() -> None:
 async def test_no_limit_means_no_queue() -> None:
     gate = FairAdmission(AdmissionConfig(max_active=0))
     slots = [await gate.enter("t", f"s{k}", 1) for k in range(1000)]
-    assert gate.active == 0 and gate.waiting == 0
+    assert (gate.active, gate.waiting) == (0, 0)
     for slot in slots:
         slot.release(1)
