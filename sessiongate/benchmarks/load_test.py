@@ -103,6 +103,8 @@ class LoadReport:
     fairness_tokens: dict[str, float] = field(default_factory=dict)
     fairness_turns: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
+    # How late the client's own event loop woke from a 50 ms sleep: a latency the client measures that is its own.
+    client_lag_ms: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         lat, direct, added = self.latency_ms, self.direct_latency_ms, self.added_latency_ms
@@ -129,6 +131,7 @@ class LoadReport:
             f"per-session tokens: least {tokens.get('min_share_of_fair', 0):.2f} of the fair share, p1"
             f" {tokens.get('p1_share_of_fair', 0):.2f}, most {tokens.get('max_share_of_fair', 0):.2f}; turns: least"
             f" {self.fairness_turns.get('min_share_of_fair', 0):.2f}",
+            f"client loop lag ms p50 {self.client_lag_ms.get('p50', 0):.1f} p99 {self.client_lag_ms.get('p99', 0):.1f}",
             f"store rows: {self.rows} (turns answered ok: {self.turns_ok}, rows {rows_total})",
             f"gateway RSS MB: start {rss.get('start_mb', 0):.0f}, after warm-up {rss.get('after_warmup_mb', 0):.0f},"
             f" end {rss.get('end_mb', 0):.0f}, max {rss.get('max_mb', 0):.0f}; growth after warm-up"
@@ -387,12 +390,22 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
                 report.rss_mb.append((round(time.monotonic() - started, 1), round(_rss_mb(gateway.pid), 1)))
                 await asyncio.sleep(1.0)
 
+        lags: list[float] = []
+
+        async def probe_lag() -> None:
+            while time.monotonic() < deadline:
+                asleep = time.perf_counter()
+                await asyncio.sleep(0.05)
+                lags.append((time.perf_counter() - asleep - 0.05) * 1000)
+
         sampler = asyncio.create_task(sample_rss())
+        prober = asyncio.create_task(probe_lag())
         await asyncio.gather(
             *(_session(i, client, url, config, deadline, tally, plans[i]) for i in range(config.sessions))
         )
         elapsed = time.monotonic() - started
         sampler.cancel()
+        prober.cancel()
     report.rss_mb.append((round(elapsed, 1), round(_rss_mb(gateway.pid), 1)))
     counts = tally.counts
     report.turns_sent, report.turns_ok = counts["sent"], counts["ok"]
@@ -402,6 +415,7 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
     report.shed_latency_ms = percentiles(tally.shed_latencies)
     report.throughput_turns_per_s = counts["ok"] / elapsed
     report.latency_ms = percentiles(tally.latencies)
+    report.client_lag_ms = percentiles(lags)
     report.fairness_tokens = fairness(tally.tokens)
     report.fairness_turns = fairness(tally.turns)
     warmup = config.warmup_s if config.warmup_s is not None else config.duration_s / 4

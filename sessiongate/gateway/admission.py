@@ -7,9 +7,10 @@ free slot goes, in two steps, to:
 
 1. the tenant whose attained service divided by its weight is least, among the tenants with turns waiting;
 2. within it, the waiting turn with the least start tag: its session's attained service when it arrived plus the
-   estimated cost of that session's turns already queued or running (start-time fair queueing), so a session
-   that floods turns interleaves with the others instead of going first, and one turn in flight counts against
-   its session's next.
+   estimated cost of that session's turns already queued or running, and never less than the tag of the last turn
+   the tenant started (start-time fair queueing, whose virtual time this is), so a session that floods turns
+   interleaves with the others instead of going first, one turn in flight counts against its session's next, and
+   a session that comes back after a pause goes ahead of the heavier ones but not of the turns already due.
 
 Attained service is tokens (prompt + completion, as the worker reports them), charged at the estimate when the
 turn is queued (its session) or starts (its tenant) and corrected by the real figure when it ends, and decayed
@@ -106,11 +107,12 @@ class _Session:
 
 
 class _Tenant:
-    __slots__ = ("active", "queue", "served", "version", "waiting", "weight")
+    __slots__ = ("active", "queue", "served", "version", "virtual", "waiting", "weight")
 
     def __init__(self, weight: float) -> None:
         self.weight = weight
         self.served = 0.0  # scaled: turns started (their estimates until they end)
+        self.virtual = 0.0  # scaled: the greatest tag started from the queue, the least a new turn's tag may be
         self.queue: list[tuple[float, int, _Waiter]] = []  # (tag, seq, waiter), sorted
         self.waiting = 0
         self.active = 0
@@ -194,16 +196,16 @@ class FairAdmission:
             session = self._sessions[session_id] = _Session()
         tenant = self._tenant(tenant_id)
         scale = self._scale(now)
-        tag = session.charged
+        tag = max(session.charged, tenant.virtual)
         if self.active < self.config.max_active and not self.waiting:
-            session.charged += cost * scale
+            session.charged = tag + cost * scale
             return self._start(tenant, tenant_id, session, session_id, cost, now)
         waiter = _Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
         decision = self.shed_decision(tenant_id, tag, waiter.seq)
         if decision is not None:
             self.shed_counts[429 if decision.over_share else 503] += 1
             raise decision.error()
-        session.charged += cost * scale
+        session.charged = tag + cost * scale
         self._enqueue(tenant, session, waiter)
         future = waiter.future = asyncio.get_running_loop().create_future()
         try:
@@ -366,6 +368,7 @@ class FairAdmission:
             self.active += 1
             self.started += 1
             tenant.served += waiter.cost * self._scale(now)
+            tenant.virtual = max(tenant.virtual, waiter.tag)
             if tenant.waiting:
                 self._push(waiter.tenant_id, tenant)
             if future is not None and not future.done():
@@ -407,6 +410,7 @@ class FairAdmission:
             session.charged /= factor
         for tenant in self._tenants.values():
             tenant.served /= factor
+            tenant.virtual /= factor
             tenant.queue = [(tag / factor, seq, w) for tag, seq, w in tenant.queue]
             for _, _, waiter in tenant.queue:
                 waiter.tag /= factor

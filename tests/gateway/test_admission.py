@@ -102,6 +102,23 @@ async def test_a_turn_in_flight_counts_against_its_sessions_next_turn() -> None:
     assert starts.order == ["busy-1", "idle-1"]
 
 
+async def test_a_new_session_goes_ahead_of_heavier_ones_but_not_of_turns_already_due() -> None:
+    gate = admission(Clock())
+    starts = Starts(gate)
+    await starts.queue("h1", "t", "h")  # runs: h has 100
+    await starts.queue("h2", "t", "h")  # tag 100
+    await starts.queue("x1", "t", "x")  # tag 0
+    await starts.release("h1", tokens=100)
+    await starts.release("x1", tokens=100)  # x has 100; h2 starts, the tenant's virtual time is now 100
+    await starts.queue("h3", "t", "h")  # tag 200
+    await starts.queue("x2", "t", "x")  # tag 100
+    await starts.queue("new", "t", "new")  # no service, but its tag is the virtual time: 100, after x2
+    await starts.release("h2", tokens=100)
+    await starts.release("x2", tokens=100)
+    await starts.release("new", tokens=100)
+    assert starts.order == ["h1", "x1", "h2", "x2", "new", "h3"]
+
+
 async def test_tenants_share_slots_by_weight() -> None:
     gate = admission(Clock(), weights={"gold": 2.0, "basic": 1.0})
     starts = Starts(gate)
