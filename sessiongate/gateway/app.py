@@ -26,6 +26,7 @@ from sessiongate import sessions
 
 from .admin_api import admin_routes
 from .admission import AdmissionConfig, FairAdmission
+from .admission_metrics import AdmissionCollector
 from .advisor.signals import signal_routes
 from .auth import authentication_mode
 from .chat import chat_completions
@@ -196,6 +197,14 @@ def create_app(
                 tracing=traces,
             )
             gateway_metrics.watch_advisories(routing.advisor.stats)
+            admission = FairAdmission(
+                AdmissionConfig(
+                    max_active=settings.admission_max_active,
+                    max_wait_s=settings.admission_max_wait_s,
+                    half_life_s=settings.admission_half_life_s,
+                )
+            )
+            gateway_metrics.registry.register(AdmissionCollector(admission))
             state = GatewayState(
                 settings=settings,
                 http=http,
@@ -211,13 +220,7 @@ def create_app(
                 metrics=gateway_metrics,
                 keys=KeyRing(the_store, ttl_s=settings.key_cache_ttl_s),
                 limits=limits,
-                admission=FairAdmission(
-                    AdmissionConfig(
-                        max_active=settings.admission_max_active,
-                        max_wait_s=settings.admission_max_wait_s,
-                        half_life_s=settings.admission_half_life_s,
-                    )
-                ),
+                admission=admission,
                 salts=salts,
                 instance=instance,
                 run=run,

@@ -106,7 +106,9 @@ async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(t
         assert "idempotent-replayed" not in retried.headers
         turns = (await gw.client.get("/v1/sessions/shed-me/turns")).json()["data"]
         assert [t["status"] for t in turns] == ["ok"]
-        assert gw.state.admission.stats()["shed_503"] == 1
+        metrics = (await gw.client.get("/metrics")).text
+        assert 'sessiongate_admission_shed_total{status="503"} 1.0' in metrics
+        assert "sessiongate_admission_waiting 0.0" in metrics
 
 
 async def test_a_tenant_over_its_share_gets_429_and_the_other_503(tmp_path: Path) -> None:
