@@ -13,12 +13,13 @@ Two workloads, both closed loops (a session sends its next turn when its answer 
 `synthetic` (the default) sends twelve-word questions back to back; `sharegpt` plays ShareGPT conversations
 (`workloads.sharegpt_sessions`: the trace's user message lengths, answers cut to `--max-tokens`, an exponential
 think time of mean `--think-time` between turns, as the trace replay draws them; a conversation that ends starts
-again as a new session after a think time), the first turns spread over one mean think time. A turn refused with 429
-or 503 and `Retry-After` (the gateway's admission, `gateway/admission.py`) is counted as shed, not as an error: the
-session waits as asked and sends it again. Reported as well: how fast shed turns were answered, the added latency's
-p99 / p50, each session's share of the tokens and turns served against the fair share (`load_figures.fairness`;
-meaningful without think time, when every session wants service all the time), and the RSS per 1,000 sessions and
-its growth after the warm-up (`--warmup`).
+again as a new session after a think time), the first turns spread over one mean think time. A turn the gateway's
+admission refuses (`gateway/admission.py`: 429 `fair_share_exceeded` or 503 `gateway_saturated`, with
+`Retry-After`) is counted as shed, not as an error: the session waits as asked and sends it again. Any other error
+status is an error. Reported as well: how fast shed turns were answered, the added latency's p99 / p50, each
+session's share of the tokens and turns served against the fair share (`load_figures.fairness`; meaningful without
+think time, when every session wants service all the time), the RSS per 1,000 sessions and its growth after the
+warm-up (`--warmup`), and the client's own event-loop lag (what of the latencies it measures is its own).
 
     python -m sessiongate.benchmarks.load_test --sessions 1000 --duration 60
     python -m sessiongate.benchmarks.load_test --sessions 10000 --duration 120 --workload sharegpt --think-time 20
@@ -141,6 +142,18 @@ class LoadReport:
         return "\n".join(lines)
 
 
+# The admission's refusals (gateway/admission.py); any other error status (a 503 `store_unavailable`, say) is an error.
+_SHED_CODES = frozenset({"gateway_saturated", "fair_share_exceeded"})
+
+
+def _error_code(payload: bytes) -> str:
+    try:
+        error = orjson.loads(payload).get("error") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    return str(error.get("code") or "") if isinstance(error, dict) else ""
+
+
 class _Shed(Exception):
     def __init__(self, status: int, retry_after_s: float) -> None:
         super().__init__(f"status_{status}")
@@ -182,8 +195,8 @@ async def _turn(
     max_tokens: int,
     headers: dict[str, str],
 ) -> tuple[str, int]:
-    """One chat request; the assistant's text and the tokens served (usage.total_tokens). Raises `_Shed` on a 429 or
-    503 with Retry-After, RuntimeError on any other error status or error event."""
+    """One chat request; the assistant's text and the tokens served (usage.total_tokens). Raises `_Shed` when the
+    admission refused it, RuntimeError on any other error status or error event."""
     request: dict[str, Any] = {"model": "fake-model", "messages": messages, "stream": stream, "max_tokens": max_tokens}
     if stream:
         request["stream_options"] = {"include_usage": True}
@@ -191,10 +204,11 @@ async def _turn(
     async with client.post(url, data=body, headers={**headers, "content-type": "application/json"}) as response:
         payload = await response.read()
         if response.status != 200:
+            code = _error_code(payload)
             retry_after = parse_retry_after(response.headers)
-            if response.status in (429, 503) and retry_after is not None:
+            if code in _SHED_CODES and retry_after is not None:
                 raise _Shed(response.status, retry_after)
-            raise RuntimeError(f"status_{response.status}")
+            raise RuntimeError(f"status_{response.status}" + (f"_{code}" if code else ""))
     if not stream:
         answer = orjson.loads(payload)
         usage = answer.get("usage") or {}
@@ -438,9 +452,11 @@ def run_load(config: LoadConfig, *, work_dir: Path | None = None) -> LoadReport:
             "SESSIONGATE_LOG_LEVEL": "warning",
             **dict(config.gateway_env),
         }
-        if config.gateway_source is not None:
-            env["PYTHONPATH"] = str(Path(config.gateway_source).resolve())
-        gateway = GatewayServer(work, workers=[w.url for w in workers], env=env)
+        source = Path(config.gateway_source).resolve() if config.gateway_source is not None else None
+        if source is not None:
+            env["PYTHONPATH"] = str(source)
+        # Run in the source tree: `python -m` would otherwise put this process's directory ahead of PYTHONPATH.
+        gateway = GatewayServer(work, workers=[w.url for w in workers], env=env, cwd=source)
         gateway.wait_ready()
         report.direct_latency_ms = percentiles(asyncio.run(_direct_baseline(workers[0].url, config)))
         asyncio.run(_drive(gateway, config, report))

@@ -98,9 +98,10 @@ def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
 
 
 class _Session:
-    __slots__ = ("active", "charged", "waiting")
+    __slots__ = ("active", "charged", "tenant_id", "waiting")
 
-    def __init__(self) -> None:
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
         self.charged = 0.0  # scaled: served, running and queued turns (their estimates until they end)
         self.waiting = 0
         self.active = 0
@@ -193,7 +194,7 @@ class FairAdmission:
         self._maintain(now)
         session = self._sessions.get(session_id)
         if session is None:
-            session = self._sessions[session_id] = _Session()
+            session = self._sessions[session_id] = _Session(tenant_id)
         tenant = self._tenant(tenant_id)
         scale = self._scale(now)
         tag = max(session.charged, tenant.virtual)
@@ -395,13 +396,23 @@ class FairAdmission:
             self._renormalise(now)
 
     def _sweep(self, now: float) -> None:
-        """Forget idle sessions whose service decayed below a token, and idle tenants likewise."""
+        """Forget idle sessions whose service decayed below a token or is no more than their tenant's virtual time
+        (a new session would get the same tag), and idle tenants whose service decayed below a token."""
         self._last_sweep = now
         floor = self._scale(now)
-        for sid in [s for s, e in self._sessions.items() if not e.active and not e.waiting and e.charged < floor]:
+        tenants = self._tenants
+        for sid in [
+            s
+            for s, e in self._sessions.items()
+            if not e.active and not e.waiting and (e.charged < floor or self._at_frontier(e))
+        ]:
             del self._sessions[sid]
-        for tid in [t for t, e in self._tenants.items() if not e.active and not e.waiting and e.served < floor]:
-            del self._tenants[tid]
+        for tid in [t for t, e in tenants.items() if not e.active and not e.waiting and e.served < floor]:
+            del tenants[tid]
+
+    def _at_frontier(self, session: _Session) -> bool:
+        tenant = self._tenants.get(session.tenant_id)
+        return tenant is not None and session.charged <= tenant.virtual
 
     def _renormalise(self, now: float) -> None:
         """Divide every stored figure by the decay factor now, making now the epoch (the order is unchanged)."""

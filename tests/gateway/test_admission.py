@@ -273,6 +273,20 @@ async def test_idle_sessions_are_forgotten_once_their_service_decayed() -> None:
     slot.release(10)
 
 
+async def test_idle_sessions_no_heavier_than_the_virtual_time_are_forgotten() -> None:
+    clock = Clock()
+    gate = admission(clock)
+    starts = Starts(gate)
+    await starts.queue("h1", "t", "h")  # h: 100
+    await starts.queue("x1", "t", "x")  # tag 0; x: 100
+    await starts.queue("h2", "t", "h")  # tag 100
+    await starts.release("h1", tokens=100)
+    await starts.release("x1", tokens=100)  # h2 starts: the virtual time is 100, x's service
+    clock.now += 30
+    await starts.queue("new", "t", "new")  # sweeps: x is idle at the virtual time; h has a turn running
+    assert gate.stats()["sessions"] == 2
+
+
 async def test_renormalising_keeps_the_order() -> None:
     clock = Clock()
     gate = admission(clock)
