@@ -99,8 +99,15 @@ class LoadReport:
     shed: dict[str, int] = field(default_factory=dict)
     shed_latency_ms: dict[str, float] = field(default_factory=dict)
     added_p99_over_p50: float = 0.0
-    # Per session (a `sharegpt` session's conversations count as one): tokens served (usage.total_tokens) and turns
-    # answered, against the fair share (`load_figures.fairness`).
+    # The steady part of the run (`_Tally.steady_from`): from when, its throughput and latencies, and what the gateway
+    # added to them (the figures the targets are read from; the fields above cover every turn, the first ones too).
+    steady_from_s: float = 0.0
+    steady_throughput_turns_per_s: float = 0.0
+    steady_latency_ms: dict[str, float] = field(default_factory=dict)
+    steady_added_latency_ms: dict[str, float] = field(default_factory=dict)
+    steady_added_p99_over_p50: float = 0.0
+    # Per session (a `sharegpt` session's conversations count as one), in the steady part: tokens served
+    # (usage.total_tokens) and turns answered, against the fair share (`load_figures.fairness`).
     fairness_tokens: dict[str, float] = field(default_factory=dict)
     fairness_turns: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
@@ -121,6 +128,10 @@ class LoadReport:
             f"latency ms straight to a worker p50 {direct.get('p50', 0):.1f} p99 {direct.get('p99', 0):.1f}",
             f"added by the gateway p50 {added.get('p50', 0):.1f} p99 {added.get('p99', 0):.1f}"
             f" (p99 / p50 {self.added_p99_over_p50:.2f})",
+            f"steady from {self.steady_from_s:.1f} s: {self.steady_throughput_turns_per_s:.1f} turns/s, latency ms p50"
+            f" {self.steady_latency_ms.get('p50', 0):.1f} p99 {self.steady_latency_ms.get('p99', 0):.1f}, added p50"
+            f" {self.steady_added_latency_ms.get('p50', 0):.1f} p99 {self.steady_added_latency_ms.get('p99', 0):.1f}"
+            f" (p99 / p50 {self.steady_added_p99_over_p50:.2f})",
             *(
                 [
                     f"shed answered in ms p50 {self.shed_latency_ms['p50']:.1f} p99 {self.shed_latency_ms['p99']:.1f}"
@@ -129,7 +140,7 @@ class LoadReport:
                 if self.shed_latency_ms
                 else []
             ),
-            f"per-session tokens: least {tokens.get('min_share_of_fair', 0):.2f} of the fair share, p1"
+            f"steady per-session tokens: least {tokens.get('min_share_of_fair', 0):.2f} of the fair share, p1"
             f" {tokens.get('p1_share_of_fair', 0):.2f}, most {tokens.get('max_share_of_fair', 0):.2f}; turns: least"
             f" {self.fairness_turns.get('min_share_of_fair', 0):.2f}",
             f"client loop lag ms p50 {self.client_lag_ms.get('p50', 0):.1f} p99 {self.client_lag_ms.get('p99', 0):.1f}",
@@ -163,20 +174,26 @@ class _Shed(Exception):
 
 @dataclass
 class _Tally:
-    """What the sessions record as they go."""
+    """What the sessions record as they go; times are seconds from the run's start (`started`)."""
 
     sessions: int
-    latencies: list[float] = field(default_factory=list)
+    started: float
     shed_latencies: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     details: Counter[str] = field(default_factory=Counter)
     counts: Counter[str] = field(default_factory=Counter)
-    tokens: list[int] = field(default_factory=list)
-    turns: list[int] = field(default_factory=list)
+    # Each turn answered: (sent at, latency ms, session index, tokens served).
+    answered: list[tuple[float, float, int, int]] = field(default_factory=list)
+    first_answer_at: list[float | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.tokens = [0] * self.sessions
-        self.turns = [0] * self.sessions
+        self.first_answer_at = [None] * self.sessions
+
+    def steady_from(self, warmup_s: float) -> float:
+        """When the run is steady: after the warm-up, and once every session has had its first answer (its first
+        turn opened its connection: 1,000 at once wait on the gateway's accepts)."""
+        firsts = [at for at in self.first_answer_at if at is not None]
+        return max(warmup_s, max(firsts, default=0.0))
 
 
 def _rss_mb(pid: int) -> float:
@@ -320,10 +337,11 @@ async def _one_turn(
                 tally.details[f"{type(exc).__name__}: {exc}"] += 1
             await asyncio.sleep(0.1)
             return False
-        tally.latencies.append((time.perf_counter() - started) * 1000)
+        ended = time.perf_counter()
+        tally.answered.append((started - tally.started, (ended - started) * 1000, index, tokens))
+        if tally.first_answer_at[index] is None:
+            tally.first_answer_at[index] = ended - tally.started
         tally.counts["ok"] += 1
-        tally.tokens[index] += tokens
-        tally.turns[index] += 1
         messages.append({"role": "assistant", "content": text})
         return True
 
@@ -387,7 +405,7 @@ async def _count_rows(database_url: str) -> dict[str, int]:
 
 
 async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport) -> None:
-    tally = _Tally(config.sessions)
+    tally = _Tally(config.sessions, time.perf_counter())
     plans: list[SessionTrace | None] = (
         list(sharegpt_sessions(count=config.sessions, seed=config.seed, think_time_s=config.think_time_s))
         if config.workload == "sharegpt"
@@ -412,6 +430,7 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
                 await asyncio.sleep(0.05)
                 lags.append((time.perf_counter() - asleep - 0.05) * 1000)
 
+        tally.started = time.perf_counter()
         sampler = asyncio.create_task(sample_rss())
         prober = asyncio.create_task(probe_lag())
         await asyncio.gather(
@@ -428,11 +447,20 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
     report.shed = {key: n for key, n in counts.items() if key.startswith("shed_")}
     report.shed_latency_ms = percentiles(tally.shed_latencies)
     report.throughput_turns_per_s = counts["ok"] / elapsed
-    report.latency_ms = percentiles(tally.latencies)
+    report.latency_ms = percentiles([latency for _, latency, _, _ in tally.answered])
     report.client_lag_ms = percentiles(lags)
-    report.fairness_tokens = fairness(tally.tokens)
-    report.fairness_turns = fairness(tally.turns)
     warmup = config.warmup_s if config.warmup_s is not None else config.duration_s / 4
+    steady_from = tally.steady_from(warmup)
+    steady = [turn for turn in tally.answered if turn[0] >= steady_from]
+    report.steady_from_s = steady_from
+    report.steady_throughput_turns_per_s = len(steady) / max(elapsed - steady_from, 1e-9)
+    report.steady_latency_ms = percentiles([latency for _, latency, _, _ in steady])
+    tokens, turns = [0] * config.sessions, [0] * config.sessions
+    for _, _, index, served in steady:
+        tokens[index] += served
+        turns[index] += 1
+    report.fairness_tokens = fairness(tokens)
+    report.fairness_turns = fairness(turns)
     report.rss = rss_figures(report.rss_mb, sessions=config.sessions, warmup_s=warmup)
 
 
@@ -463,8 +491,13 @@ def run_load(config: LoadConfig, *, work_dir: Path | None = None) -> LoadReport:
         for key in ("p50", "p99"):
             if key in report.latency_ms and key in report.direct_latency_ms:
                 report.added_latency_ms[key] = report.latency_ms[key] - report.direct_latency_ms[key]
+            if key in report.steady_latency_ms and key in report.direct_latency_ms:
+                report.steady_added_latency_ms[key] = report.steady_latency_ms[key] - report.direct_latency_ms[key]
         if report.added_latency_ms.get("p50", 0) > 0:
             report.added_p99_over_p50 = report.added_latency_ms["p99"] / report.added_latency_ms["p50"]
+        if report.steady_added_latency_ms.get("p50", 0) > 0:
+            steady = report.steady_added_latency_ms
+            report.steady_added_p99_over_p50 = steady["p99"] / steady["p50"]
     finally:
         if gateway is not None:
             gateway.stop()
