@@ -7,10 +7,12 @@ free slot goes, in two steps, to:
 
 1. the tenant whose attained service divided by its weight is least, among the tenants with turns waiting;
 2. within it, the waiting turn with the least start tag: its session's attained service when it arrived plus the
-   estimated cost of that session's turns already queued or running, and never less than the tag of the last turn
-   the tenant started (start-time fair queueing, whose virtual time this is), so a session that floods turns
-   interleaves with the others instead of going first, one turn in flight counts against its session's next, and
-   a session that comes back after a pause goes ahead of the heavier ones but not of the turns already due.
+   estimated cost of that session's turns already queued or running, never less than the tag of the last turn
+   the tenant started (start-time fair queueing, whose virtual time this is) and never more than two mean turn
+   costs past it (`TAG_SPAN_TURNS`). So a session that floods turns interleaves with the others instead of going
+   first, one turn in flight counts against its session's next, a session that comes back after a pause goes ahead
+   of the heavier ones but not of the turns already due, and a session that used far more than the others (a long
+   agent loop) waits behind about two rounds of theirs, not until they have caught up with it.
 
 Attained service is tokens (prompt + completion, as the worker reports them), charged at the estimate when the
 turn is queued (its session) or starts (its tenant) and corrected by the real figure when it ends, and decayed
@@ -52,8 +54,11 @@ __all__ = ["AdmissionConfig", "FairAdmission", "FairSlot", "ShedDecision", "esti
 _RENORMALISE_AFTER_HALF_LIVES = 256.0
 # A gateway left idle for longer than this many half-lives has everything decayed to nothing anyway.
 _MAX_EXPONENT = 1000.0
-# Weight of the newest active time in the mean (an exponential moving average over about 50 turns).
+# Weight of the newest active time (and turn cost) in the means (exponential moving averages over about 50 turns).
 _MEAN_WEIGHT = 0.02
+# A new turn's tag is at most this many mean turn costs past its tenant's virtual time: a session that used much more
+# than the others waits behind about that many rounds of theirs, not until they have caught up with it.
+TAG_SPAN_TURNS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +186,7 @@ class FairAdmission:
         self.waiting = 0
         self._present_weight = 0.0  # sum of the weights of tenants with turns active or waiting
         self.mean_active_s: float | None = None
+        self.mean_cost: float | None = None  # tokens a turn used, recently
         self.shed_counts = {429: 0, 503: 0}
         self.started = 0
 
@@ -198,6 +204,8 @@ class FairAdmission:
         tenant = self._tenant(tenant_id)
         scale = self._scale(now)
         tag = max(session.charged, tenant.virtual)
+        if self.mean_cost is not None:
+            tag = min(tag, tenant.virtual + TAG_SPAN_TURNS * self.mean_cost * scale)
         if self.active < self.config.max_active and not self.waiting:
             session.charged = tag + cost * scale
             return self._start(tenant, tenant_id, session, session_id, cost, now)
@@ -353,6 +361,8 @@ class FairAdmission:
         elapsed = max(now - started_at, 0.0)
         mean = self.mean_active_s
         self.mean_active_s = elapsed if mean is None else mean + _MEAN_WEIGHT * (elapsed - mean)
+        mean_cost = self.mean_cost
+        self.mean_cost = float(tokens) if mean_cost is None else mean_cost + _MEAN_WEIGHT * (tokens - mean_cost)
         if tenant.waiting:
             self._push(tenant_id, tenant)
         self._dispatch(now)
