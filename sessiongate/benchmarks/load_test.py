@@ -78,6 +78,10 @@ class LoadConfig:
     warmup_s: float | None = None
     # More SESSIONGATE_* settings for the gateway (e.g. the admission's).
     gateway_env: tuple[tuple[str, str], ...] = ()
+    # The first `heavy_sessions` sessions each keep `heavy_concurrency` turns in flight at once (as many loops on one
+    # session id): a flood from a few sessions, against which the others' shares are read.
+    heavy_sessions: int = 0
+    heavy_concurrency: int = 1
 
 
 @dataclass
@@ -110,6 +114,9 @@ class LoadReport:
     # (usage.total_tokens) and turns answered, against the fair share (`load_figures.fairness`).
     fairness_tokens: dict[str, float] = field(default_factory=dict)
     fairness_turns: dict[str, float] = field(default_factory=dict)
+    # With heavy sessions: the shares above are the other sessions'; each heavy session's tokens against that fair
+    # share (the mean of the heavy ones).
+    heavy_share_of_fair: float = 0.0
     rss: dict[str, float] = field(default_factory=dict)
     # How late the client's own event loop woke from a 50 ms sleep: a latency the client measures that is its own.
     client_lag_ms: dict[str, float] = field(default_factory=dict)
@@ -143,6 +150,14 @@ class LoadReport:
             f"steady per-session tokens: least {tokens.get('min_share_of_fair', 0):.2f} of the fair share, p1"
             f" {tokens.get('p1_share_of_fair', 0):.2f}, most {tokens.get('max_share_of_fair', 0):.2f}; turns: least"
             f" {self.fairness_turns.get('min_share_of_fair', 0):.2f}",
+            *(
+                [
+                    f"heavy sessions: {self.config['heavy_sessions']} x {self.config['heavy_concurrency']} turns in"
+                    f" flight, each served {self.heavy_share_of_fair:.2f} x the others' fair share"
+                ]
+                if self.config["heavy_sessions"]
+                else []
+            ),
             f"client loop lag ms p50 {self.client_lag_ms.get('p50', 0):.1f} p99 {self.client_lag_ms.get('p99', 0):.1f}",
             f"store rows: {self.rows} (turns answered ok: {self.turns_ok}, rows {rows_total})",
             f"gateway RSS MB: start {rss.get('start_mb', 0):.0f}, after warm-up {rss.get('after_warmup_mb', 0):.0f},"
@@ -276,8 +291,9 @@ async def _session(
     deadline: float,
     tally: _Tally,
     plan: SessionTrace | None,
+    lane: int = 0,
 ) -> None:
-    rng = random.Random(config.seed * 1_000_003 + index)
+    rng = random.Random((config.seed * 1_000_003 + index) * 101 + lane)
     # Spread the first requests: over half a second, or one mean think time.
     await asyncio.sleep(rng.random() * max(0.5, config.think_time_s))
     conversation = 0
@@ -434,7 +450,12 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
         sampler = asyncio.create_task(sample_rss())
         prober = asyncio.create_task(probe_lag())
         await asyncio.gather(
-            *(_session(i, client, url, config, deadline, tally, plans[i]) for i in range(config.sessions))
+            *(_session(i, client, url, config, deadline, tally, plans[i]) for i in range(config.sessions)),
+            *(
+                _session(i, client, url, config, deadline, tally, plans[i], lane)
+                for i in range(min(config.heavy_sessions, config.sessions))
+                for lane in range(1, config.heavy_concurrency)
+            ),
         )
         elapsed = time.monotonic() - started
         sampler.cancel()
@@ -459,8 +480,11 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
     for _, _, index, served in steady:
         tokens[index] += served
         turns[index] += 1
-    report.fairness_tokens = fairness(tokens)
-    report.fairness_turns = fairness(turns)
+    heavy = min(config.heavy_sessions, config.sessions)
+    report.fairness_tokens = fairness(tokens[heavy:])
+    report.fairness_turns = fairness(turns[heavy:])
+    if heavy and report.fairness_tokens.get("fair_share"):
+        report.heavy_share_of_fair = sum(tokens[:heavy]) / heavy / report.fairness_tokens["fair_share"]
     report.rss = rss_figures(report.rss_mb, sessions=config.sessions, warmup_s=warmup)
 
 
@@ -532,6 +556,8 @@ def main() -> None:
     parser.add_argument(
         "--gateway-setting", action="append", default=[], metavar="NAME=VALUE", help="a SESSIONGATE_* setting"
     )
+    parser.add_argument("--heavy-sessions", type=int, default=0, help="sessions that keep several turns in flight")
+    parser.add_argument("--heavy-concurrency", type=int, default=1, help="turns in flight per heavy session")
     args = parser.parse_args()
     think = args.think_time if args.think_time is not None else (20.0 if args.workload == "sharegpt" else 0.0)
     config = LoadConfig(
@@ -547,6 +573,8 @@ def main() -> None:
         think_time_s=think,
         warmup_s=args.warmup,
         gateway_env=tuple((name, value) for name, _, value in (s.partition("=") for s in args.gateway_setting)),
+        heavy_sessions=args.heavy_sessions,
+        heavy_concurrency=args.heavy_concurrency,
     )
     report = run_load(config)
     print(report.summary())

@@ -6,25 +6,26 @@ active phase at once (recorded, routed, sent to a worker, answered, recorded aga
 free slot goes, in two steps, to:
 
 1. the tenant whose attained service divided by its weight is least, among the tenants with turns waiting;
-2. within it, the waiting turn with the least start tag: its session's attained service when it arrived plus the
-   estimated cost of that session's turns already queued or running, never less than the tag of the last turn
-   the tenant started (start-time fair queueing, whose virtual time this is) and never more than two mean turn
-   costs past it (`TAG_SPAN_TURNS`). So a session that floods turns interleaves with the others instead of going
-   first, one turn in flight counts against its session's next, a session that comes back after a pause goes ahead
-   of the heavier ones but not of the turns already due, and a session that used far more than the others (a long
-   agent loop) waits behind about two rounds of theirs, not until they have caught up with it.
+2. within it, the waiting turn with the least start tag: its session's attained service, at least the tag of the
+   last turn the tenant started (start-time fair queueing, whose virtual time this is) and at most two mean turn
+   costs past it (`TAG_SPAN_TURNS`), plus the estimated cost of the session's turns already queued or running. So a
+   session that floods turns interleaves with the others instead of going first (each of its turns goes one cost
+   further back), one turn in flight counts against its session's next, a session that comes back after a pause
+   goes ahead of the heavier ones but not of the turns already due, and a session that used far more than the
+   others (a long agent loop) waits behind about two rounds of theirs, not until they have caught up with it.
 
-Attained service is tokens (prompt + completion, as the worker reports them), charged at the estimate when the
-turn is queued (its session) or starts (its tenant) and corrected by the real figure when it ends, and decayed
-with a half-life: a session or tenant that was quiet comes back with a small figure and goes ahead of a
-long-running agent session; a new session starts at 0. Decay costs no pass over the entries: a charge made at
-time t is stored multiplied by 2^(t / half_life), so every stored figure decays by the same factor and their
-order holds (renormalised once the factor grows large). Sessions that are idle and whose service decayed below
-a token are forgotten (`_sweep`), so memory follows the sessions active in the last few half-lives.
+Attained service is tokens (prompt + completion, as the worker reports them): a turn counts at its estimate while
+queued or running (against its session from its arrival, its tenant from its start) and at the real figure once it
+ends, decayed with a half-life: a session or tenant that was quiet comes back with a small figure and goes ahead of
+a long-running agent session; a new session starts at 0. Decay costs no pass over the entries: a charge made at
+time t is stored multiplied by 2^(t / half_life), so every stored figure decays by the same factor and their order
+holds (renormalised once the factor grows large). Idle sessions whose service decayed below a token, or is no more
+than their tenant's virtual time (a new session would get the same tag), are forgotten (`_sweep`), so memory
+follows the sessions active lately.
 
 A turn that cannot start at once has a predicted wait: the turns that would start before it (its tenant's
 waiting turns with a smaller tag, and what the other waiting tenants start meanwhile by weight) times the recent
-mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`Shed`): 429
+mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`ShedDecision`): 429
 `fair_share_exceeded` when its tenant holds more than its weighted share of the turns in the gateway (active and
 waiting), else 503 `gateway_saturated`, both with `Retry-After` (the excess wait). A turn already queued is never
 dropped, and one that has waited twice the bound starts ahead of the order (the oldest first), so newcomers with
@@ -103,11 +104,12 @@ def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
 
 
 class _Session:
-    __slots__ = ("active", "charged", "tenant_id", "waiting")
+    __slots__ = ("active", "pending", "service", "tenant_id", "waiting")
 
     def __init__(self, tenant_id: str) -> None:
         self.tenant_id = tenant_id
-        self.charged = 0.0  # scaled: served, running and queued turns (their estimates until they end)
+        self.service = 0.0  # scaled: the tokens its ended turns used (at least its tenant's virtual time, once queued)
+        self.pending = 0.0  # scaled: the estimates of its turns queued or running
         self.waiting = 0
         self.active = 0
 
@@ -141,12 +143,18 @@ class _Waiter:
 
 class FairSlot:
     """One turn's place in the active phase: `release(tokens)` when it ends (idempotent), with the tokens it
-    used, which correct the estimate it was charged."""
+    used, which replace the estimate it was charged."""
 
-    __slots__ = ("_admission", "_released", "cost", "session_id", "started_at", "tenant_id")
+    __slots__ = ("_admission", "_released", "charged_at", "cost", "session_id", "started_at", "tenant_id")
 
     def __init__(
-        self, admission: FairAdmission | None, tenant_id: str, session_id: str, cost: int, started_at: float
+        self,
+        admission: FairAdmission | None,
+        tenant_id: str,
+        session_id: str,
+        cost: int,
+        started_at: float,
+        charged_at: float,
     ) -> None:
         self._admission = admission
         self._released = False
@@ -154,6 +162,7 @@ class FairSlot:
         self.session_id = session_id
         self.cost = cost
         self.started_at = started_at
+        self.charged_at = charged_at  # when its estimate was charged to its session (its arrival)
 
     def release(self, tokens: int | None = None) -> None:
         if self._released:
@@ -195,7 +204,7 @@ class FairAdmission:
     async def enter(self, tenant_id: str, session_id: str, cost: int) -> FairSlot:
         """Wait for the turn's slot; raise the shed error at once when the predicted wait passes the bound."""
         if not self.config.max_active:
-            return FairSlot(None, tenant_id, session_id, cost, 0.0)
+            return FairSlot(None, tenant_id, session_id, cost, 0.0, 0.0)
         now = self._clock()
         self._maintain(now)
         session = self._sessions.get(session_id)
@@ -203,29 +212,42 @@ class FairAdmission:
             session = self._sessions[session_id] = _Session(tenant_id)
         tenant = self._tenant(tenant_id)
         scale = self._scale(now)
-        tag = max(session.charged, tenant.virtual)
-        if self.mean_cost is not None:
-            tag = min(tag, tenant.virtual + TAG_SPAN_TURNS * self.mean_cost * scale)
+        tag = self._tag(tenant, session, scale)
         if self.active < self.config.max_active and not self.waiting:
-            session.charged = tag + cost * scale
+            self._charge(tenant, session, cost, scale)
             return self._start(tenant, tenant_id, session, session_id, cost, now)
         waiter = _Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
         decision = self.shed_decision(tenant_id, tag, waiter.seq)
         if decision is not None:
             self.shed_counts[429 if decision.over_share else 503] += 1
             raise decision.error()
-        session.charged = tag + cost * scale
+        self._charge(tenant, session, cost, scale)
         self._enqueue(tenant, session, waiter)
         future = waiter.future = asyncio.get_running_loop().create_future()
         try:
             await future
         except BaseException:
             if future.done() and not future.cancelled():  # the slot was handed over as the wait was cancelled
-                self._release_started(tenant_id, session_id, cost, tokens=0, started_at=waiter.started_at)
+                self._release(FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now), 0)
             else:
                 self._withdraw(waiter)
             raise
-        return FairSlot(self, tenant_id, session_id, cost, waiter.started_at)
+        return FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now)
+
+    def _tag(self, tenant: _Tenant, session: _Session, scale: float) -> float:
+        """A new turn's start tag: its session's service, at least the tenant's virtual time and at most
+        `TAG_SPAN_TURNS` mean turns past it, plus the estimates of its turns already queued or running."""
+        base = max(session.service, tenant.virtual)
+        if self.mean_cost is not None:
+            base = min(base, tenant.virtual + TAG_SPAN_TURNS * self.mean_cost * scale)
+        return base + session.pending
+
+    @staticmethod
+    def _charge(tenant: _Tenant, session: _Session, cost: int, scale: float) -> None:
+        # A session behind the virtual time is brought up to it (start-time fair queueing); one past the span keeps
+        # its service, so it stays behind until that decays.
+        session.service = max(session.service, tenant.virtual)
+        session.pending += cost * scale
 
     def shed_decision(self, tenant_id: str, tag: float, seq: int) -> ShedDecision | None:
         """The decision for a turn of `tenant_id` with start tag `tag` that cannot start at once (None: queue it)."""
@@ -282,7 +304,7 @@ class FairAdmission:
         self.active += 1
         self.started += 1
         tenant.served += cost * self._scale(now)
-        return FairSlot(self, tenant_id, session_id, cost, now)
+        return FairSlot(self, tenant_id, session_id, cost, now, now)
 
     def _count_in(self, tenant: _Tenant) -> None:
         if not tenant.active and not tenant.waiting:
@@ -337,26 +359,29 @@ class FairAdmission:
         if waiter.future is None:
             return
         tenant, session = self._unqueue(waiter)
-        session.charged = max(session.charged - waiter.cost * self._scale(waiter.enqueued_at), 0.0)
+        self._settle(session, waiter.cost * self._scale(waiter.enqueued_at), 0.0)
         self._count_out(tenant)
         if tenant.waiting:
             self._push(waiter.tenant_id, tenant)
 
-    def _release(self, slot: FairSlot, tokens: int) -> None:
-        self._release_started(slot.tenant_id, slot.session_id, slot.cost, tokens=tokens, started_at=slot.started_at)
+    @staticmethod
+    def _settle(session: _Session, estimate: float, used: float) -> None:
+        """A turn of `session` left: its estimate out of the pending figure, the tokens it used into its service."""
+        session.service += used
+        session.pending = max(session.pending - estimate, 0.0) if session.active or session.waiting else 0.0
 
-    def _release_started(self, tenant_id: str, session_id: str, cost: int, *, tokens: int, started_at: float) -> None:
+    def _release(self, slot: FairSlot, tokens: int) -> None:
         now = self._clock()
+        tenant_id, started_at = slot.tenant_id, slot.started_at
         tenant = self._tenants[tenant_id]
-        session = self._sessions[session_id]
-        # The correction is made at the scale of the charge, so that an estimate above the real figure never
-        # leaves less than nothing.
-        correction = (tokens - cost) * self._scale(started_at)
-        session.charged = max(session.charged + correction, 0.0)
-        tenant.served = max(tenant.served + correction, 0.0)
+        session = self._sessions[slot.session_id]
         tenant.active -= 1
         session.active -= 1
         self.active -= 1
+        # At the scale of the charges, so that an estimate above the real figure never leaves less than nothing.
+        charge_scale = self._scale(slot.charged_at)
+        self._settle(session, slot.cost * charge_scale, tokens * charge_scale)
+        tenant.served = max(tenant.served + (tokens - slot.cost) * self._scale(started_at), 0.0)
         self._count_out(tenant)
         elapsed = max(now - started_at, 0.0)
         mean = self.mean_active_s
@@ -414,7 +439,7 @@ class FairAdmission:
         for sid in [
             s
             for s, e in self._sessions.items()
-            if not e.active and not e.waiting and (e.charged < floor or self._at_frontier(e))
+            if not e.active and not e.waiting and (e.service < floor or self._at_frontier(e))
         ]:
             del self._sessions[sid]
         for tid in [t for t, e in tenants.items() if not e.active and not e.waiting and e.served < floor]:
@@ -422,13 +447,14 @@ class FairAdmission:
 
     def _at_frontier(self, session: _Session) -> bool:
         tenant = self._tenants.get(session.tenant_id)
-        return tenant is not None and session.charged <= tenant.virtual
+        return tenant is not None and session.service <= tenant.virtual
 
     def _renormalise(self, now: float) -> None:
         """Divide every stored figure by the decay factor now, making now the epoch (the order is unchanged)."""
         factor = self._scale(now)
         for session in self._sessions.values():
-            session.charged /= factor
+            session.service /= factor
+            session.pending /= factor
         for tenant in self._tenants.values():
             tenant.served /= factor
             tenant.virtual /= factor

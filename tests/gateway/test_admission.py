@@ -77,8 +77,10 @@ async def test_the_session_with_least_attained_service_goes_first() -> None:
     assert starts.order == ["long-1", "hold", "chat", "long-2"]
 
 
-async def test_a_flooding_session_interleaves_with_another_instead_of_going_first() -> None:
+@pytest.mark.parametrize("mean_cost", [None, 100.0])
+async def test_a_flooding_session_interleaves_with_another_instead_of_going_first(mean_cost: float | None) -> None:
     gate = admission(Clock())
+    gate.mean_cost = mean_cost  # with a mean turn cost known the span caps past service, not the turns in flight
     starts = Starts(gate)
     await starts.queue("hold", "t", "other")
     for k in range(4):
