@@ -199,7 +199,7 @@ def create_app(
             gateway_metrics.watch_advisories(routing.advisor.stats)
             admission = FairAdmission(
                 AdmissionConfig(
-                    max_active=settings.admission_max_active,
+                    max_active=settings.admission_max_active_per_worker * max(len(settings.workers), 1),
                     max_wait_s=settings.admission_max_wait_s,
                     half_life_s=settings.admission_half_life_s,
                 )

@@ -67,10 +67,10 @@ class GatewaySettings(BaseSettings):
     # admin may override them per tenant (stored with the tenant, reloaded every `key_cache_ttl_s`).
     tenant_max_concurrent: int = 0
     tenant_tokens_per_minute: int = 0
-    # Fair admission (gateway/admission.py): chat turns in their active phase at once, the others queued by least
-    # attained service (0: no limit, nothing queued or shed); the predicted queue wait past which a new turn is
-    # refused at once, 429 or 503 with Retry-After (0: never); the half-life of the attained service.
-    admission_max_active: int = 256
+    # Fair admission (gateway/admission.py): chat turns in their active phase at once, per configured worker, the
+    # others queued by least attained service (0: no limit, nothing queued or shed); the predicted queue wait past
+    # which a new turn is refused at once, 429 or 503 with Retry-After (0: never); the attained service's half-life.
+    admission_max_active_per_worker: int = 128
     admission_max_wait_s: float = 2.0
     admission_half_life_s: float = 30.0
     # The highest session priority a tenant may set through the sessions API (-1000 to 1000). Each turn carries
@@ -222,9 +222,9 @@ class GatewaySettings(BaseSettings):
                 f"{ENV_PREFIX}IDEMPOTENCY_RETENTION_S must be at least UPSTREAM_READ_TIMEOUT_S, "
                 "IDEMPOTENCY_SWEEP_INTERVAL_S positive"
             )
-        if self.admission_max_active < 0 or self.admission_max_wait_s < 0 or self.admission_half_life_s <= 0:
+        if self.admission_max_active_per_worker < 0 or self.admission_max_wait_s < 0 or self.admission_half_life_s <= 0:
             raise SettingsError(
-                f"{ENV_PREFIX}ADMISSION_MAX_ACTIVE and ADMISSION_MAX_WAIT_S must be >= 0, "
+                f"{ENV_PREFIX}ADMISSION_MAX_ACTIVE_PER_WORKER and ADMISSION_MAX_WAIT_S must be >= 0, "
                 "ADMISSION_HALF_LIFE_S positive"
             )
         if not -1000 <= self.tenant_max_priority <= 1000:

@@ -14,11 +14,13 @@ import pytest
 
 from sessiongate.sdk import AsyncSessionGate
 
-from .conftest import Gateway, running_gateway
+from .conftest import WORKER_URLS, Gateway, running_gateway
 
 pytestmark = pytest.mark.anyio
 
 ADMIN = {"authorization": "Bearer admin-secret"}
+# One worker: the slots are ADMISSION_MAX_ACTIVE_PER_WORKER.
+ONE_WORKER = {"workers": WORKER_URLS[:1]}
 
 
 def ask(session: str, text: str = "hello there") -> dict[str, Any]:
@@ -60,7 +62,7 @@ def sessions_at_worker(gw: Gateway) -> list[str]:
 
 
 async def test_a_flood_from_one_session_does_not_delay_another_sessions_turn(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, admission_max_active=1, admission_max_wait_s=0) as gw:
+    async with running_gateway(tmp_path, admission_max_active_per_worker=1, admission_max_wait_s=0, **ONE_WORKER) as gw:
         one_request_log(gw)
         for worker in gw.workers.values():
             worker.hang = True
@@ -84,7 +86,9 @@ async def test_a_flood_from_one_session_does_not_delay_another_sessions_turn(tmp
 
 
 async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, admission_max_active=1, admission_max_wait_s=0.000_001) as gw:
+    async with running_gateway(
+        tmp_path, admission_max_active_per_worker=1, admission_max_wait_s=0.000_001, **ONE_WORKER
+    ) as gw:
         assert (await chat(gw, "warm")).status_code == 200  # a turn's active time is known now
         for worker in gw.workers.values():
             worker.hang = True
@@ -112,7 +116,12 @@ async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(t
 
 
 async def test_a_tenant_over_its_share_gets_429_and_the_other_503(tmp_path: Path) -> None:
-    settings = {"admission_max_active": 3, "admission_max_wait_s": 0.000_001, "admin_key": "admin-secret"}
+    settings = {
+        "admission_max_active_per_worker": 3,
+        "admission_max_wait_s": 0.000_001,
+        "admin_key": "admin-secret",
+        **ONE_WORKER,
+    }
     async with running_gateway(tmp_path, **settings) as gw:
         keys = {}
         for tenant in ("acme", "globex"):
@@ -138,7 +147,9 @@ async def test_a_tenant_over_its_share_gets_429_and_the_other_503(tmp_path: Path
 
 
 async def test_the_sdk_waits_as_a_shed_turn_asks_then_sends_it_again(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path, admission_max_active=1, admission_max_wait_s=0.000_001) as gw:
+    async with running_gateway(
+        tmp_path, admission_max_active_per_worker=1, admission_max_wait_s=0.000_001, **ONE_WORKER
+    ) as gw:
         assert (await chat(gw, "warm")).status_code == 200
         for worker in gw.workers.values():
             worker.hang = True
