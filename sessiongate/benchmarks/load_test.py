@@ -309,8 +309,8 @@ async def _session(
             else:  # a conversation that starts over waits a think time too (the trace's first turn has none)
                 think = rng.expovariate(1 / config.think_time_s) if config.think_time_s else 0.0
             first = False
-            if think > 0:
-                await asyncio.sleep(think)
+            if think > 0:  # not past the deadline: the run ends on time
+                await asyncio.sleep(min(think, max(deadline - time.monotonic(), 0.0)))
             if time.monotonic() >= deadline:
                 return
             messages.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(step.words))})
@@ -343,7 +343,7 @@ async def _one_turn(
         except _Shed as shed:
             tally.shed_latencies.append((time.perf_counter() - started) * 1000)
             tally.counts[f"shed_{shed.status}"] += 1
-            await asyncio.sleep(shed.retry_after_s)
+            await asyncio.sleep(min(shed.retry_after_s, max(deadline - time.monotonic(), 0.0)))
             if time.monotonic() >= deadline:
                 return False
             continue
