@@ -13,7 +13,7 @@ Two workloads, both closed loops (a session sends its next turn when its answer 
 `synthetic` (the default) sends twelve-word questions back to back; `sharegpt` plays ShareGPT conversations
 (`workloads.sharegpt_sessions`: the trace's user message lengths, answers cut to `--max-tokens`, an exponential
 think time of mean `--think-time` between turns, as the trace replay draws them; a conversation that ends starts
-again as a new session after a think time), the first turns spread over one mean think time. A turn the gateway's
+again, in the same session, after a think time), the first turns spread over one mean think time. A turn the gateway's
 admission refuses (`gateway/admission.py`: 429 `fair_share_exceeded` or 503 `gateway_saturated`, with
 `Retry-After`) is counted as shed, not as an error: the session waits as asked and sends it again. Any other error
 status is an error. Reported as well: how fast shed turns were answered, the added latency's p99 / p50, each
@@ -110,7 +110,7 @@ class LoadReport:
     steady_latency_ms: dict[str, float] = field(default_factory=dict)
     steady_added_latency_ms: dict[str, float] = field(default_factory=dict)
     steady_added_p99_over_p50: float = 0.0
-    # Per session (a `sharegpt` session's conversations count as one), in the steady part: tokens served
+    # Per session, in the steady part: tokens served
     # (usage.total_tokens) and turns answered, against the fair share (`load_figures.fairness`).
     fairness_tokens: dict[str, float] = field(default_factory=dict)
     fairness_turns: dict[str, float] = field(default_factory=dict)
@@ -205,10 +205,10 @@ class _Tally:
         self.first_answer_at = [None] * self.sessions
 
     def steady_from(self, warmup_s: float) -> float:
-        """When the run is steady: after the warm-up, and once every session has had its first answer (its first
-        turn opened its connection: 1,000 at once wait on the gateway's accepts)."""
-        firsts = [at for at in self.first_answer_at if at is not None]
-        return max(warmup_s, max(firsts, default=0.0))
+        """When the run is steady: after the warm-up, and once 99% of the sessions have had their first answer (a
+        session's first turn opens its connection: 1,000 at once wait on the gateway's accepts)."""
+        firsts = sorted(at for at in self.first_answer_at if at is not None)
+        return max(warmup_s, firsts[int(0.99 * (len(firsts) - 1))] if firsts else 0.0)
 
 
 def _rss_mb(pid: int) -> float:
@@ -296,10 +296,9 @@ async def _session(
     rng = random.Random((config.seed * 1_000_003 + index) * 101 + lane)
     # Spread the first requests: over half a second, or one mean think time.
     await asyncio.sleep(rng.random() * max(0.5, config.think_time_s))
-    conversation = 0
+    session_id = f"load-{config.seed}-{index}"
     first = True
     while time.monotonic() < deadline:
-        session_id = f"load-{config.seed}-{index}" + (f"-{conversation}" if conversation else "")
         messages: list[dict[str, Any]] = [{"role": "system", "content": f"You are session {index}."}]
         for k, step in enumerate(_steps(config, plan, rng)):
             if first:
@@ -316,7 +315,6 @@ async def _session(
             messages.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(step.words))})
             if not await _one_turn(index, client, url, messages, step, session_id, rng, config, deadline, tally):
                 messages.pop()
-        conversation += 1 if plan is not None else 0
 
 
 async def _one_turn(
