@@ -118,6 +118,8 @@ class LoadReport:
     # share (the mean of the heavy ones).
     heavy_share_of_fair: float = 0.0
     rss: dict[str, float] = field(default_factory=dict)
+    # From the store: each answered turn's wait from the gateway's handler to its dispatch to a worker (SQLite only).
+    store_dispatch_wait_ms: dict[str, float] = field(default_factory=dict)
     # How late the client's own event loop woke from a 50 ms sleep: a latency the client measures that is its own.
     client_lag_ms: dict[str, float] = field(default_factory=dict)
 
@@ -160,6 +162,8 @@ class LoadReport:
             ),
             f"client loop lag ms p50 {self.client_lag_ms.get('p50', 0):.1f} p99 {self.client_lag_ms.get('p99', 0):.1f}",
             f"store rows: {self.rows} (turns answered ok: {self.turns_ok}, rows {rows_total})",
+            f"handler to worker ms (store) p50 {self.store_dispatch_wait_ms.get('p50', 0):.1f} p99"
+            f" {self.store_dispatch_wait_ms.get('p99', 0):.1f} max {self.store_dispatch_wait_ms.get('max', 0):.1f}",
             f"gateway RSS MB: start {rss.get('start_mb', 0):.0f}, after warm-up {rss.get('after_warmup_mb', 0):.0f},"
             f" end {rss.get('end_mb', 0):.0f}, max {rss.get('max_mb', 0):.0f}; growth after warm-up"
             f" {rss.get('growth_after_warmup_mb', 0):.1f} MB; {rss.get('mb_per_1000_sessions', 0):.1f} MB per 1,000"
@@ -406,16 +410,28 @@ async def _direct_baseline(worker_url: str, config: LoadConfig) -> list[float]:
     return latencies
 
 
-async def _count_rows(database_url: str) -> dict[str, int]:
-    """Turns by status and sessions, as the store holds them after the run (SQLite or PostgreSQL)."""
+# Each answered turn's wait from the gateway's handler to the worker (the admission's queue, the store's begin_turn,
+# routing), as the store recorded it; SQLite's date arithmetic (the default store).
+_DISPATCH_WAITS = text(
+    "SELECT (julianday(dispatched_at) - julianday(received_at)) * 86400000.0 FROM turns"
+    " WHERE status = 'ok' AND dispatched_at IS NOT NULL"
+)
+
+
+async def _count_rows(database_url: str, report: LoadReport) -> None:
+    """Turns by status and sessions, as the store holds them after the run (SQLite or PostgreSQL), and on SQLite the
+    waits from the handler to the worker."""
     engine = create_engine(database_url)
     try:
         async with engine.connect() as db:
             rows = (await db.execute(text("SELECT status, count(*) FROM turns GROUP BY status"))).all()
             sessions = (await db.execute(text("SELECT count(*) FROM sessions"))).scalar_one()
+            if database_url.startswith("sqlite"):
+                waits = (await db.execute(_DISPATCH_WAITS)).scalars().all()
+                report.store_dispatch_wait_ms = percentiles([float(w) for w in waits])
     finally:
         await engine.dispose()
-    return {**{f"turns_{status}": int(n) for status, n in rows}, "sessions": int(sessions)}
+    report.rows = {**{f"turns_{status}": int(n) for status, n in rows}, "sessions": int(sessions)}
 
 
 async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport) -> None:
@@ -525,7 +541,7 @@ def run_load(config: LoadConfig, *, work_dir: Path | None = None) -> LoadReport:
             gateway.stop()
         for worker in workers:
             worker.stop()
-    report.rows = asyncio.run(_count_rows(database_url))
+    asyncio.run(_count_rows(database_url, report))
     return report
 
 
