@@ -101,6 +101,14 @@ async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(t
         assert (error["type"], error["code"]) == ("service_unavailable", "gateway_saturated")
         assert gw.state.admission.waiting == 0  # refused, not queued
         assert (await gw.client.get("/v1/sessions/shed-me")).status_code == 404  # no session, no turn
+        # A /v1/responses turn is a chat turn inside: the same queue, the same answer.
+        response = await gw.client.post(
+            "/v1/responses", json={"model": "fake-model", "input": "hello"}, headers={"x-session-id": "resp-shed"}
+        )
+        assert response.status_code == 503
+        assert response.headers["retry-after"] == "1"
+        assert response.json()["error"]["code"] == "gateway_saturated"
+        assert (await gw.client.get("/v1/sessions/resp-shed")).status_code == 404
         await settle([holder])
         for worker in gw.workers.values():
             worker.hang = False
@@ -111,7 +119,7 @@ async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(t
         turns = (await gw.client.get("/v1/sessions/shed-me/turns")).json()["data"]
         assert [t["status"] for t in turns] == ["ok"]
         metrics = (await gw.client.get("/metrics")).text
-        assert 'sessiongate_admission_shed_total{status="503"} 1.0' in metrics
+        assert 'sessiongate_admission_shed_total{status="503"} 2.0' in metrics
         assert "sessiongate_admission_waiting 0.0" in metrics
 
 
