@@ -155,9 +155,10 @@ async def _chat_turn(
         session_id, source = (session_id, "inferred") if session_id is not None else (new_session_id(), "new")
     structlog.contextvars.bind_contextvars(session_id=session_id)
     # The fair queue (gateway/admission.py): waits for a slot, or refuses the turn at once; nothing is stored yet.
-    guards.slot = await state.admission.enter(
-        tenant_id, session_id, estimate_cost(len(raw), chat.max_tokens or chat.max_completion_tokens)
-    )
+    with trace.span("sessiongate.queue"):
+        guards.slot = await state.admission.enter(
+            tenant_id, session_id, estimate_cost(len(raw), chat.max_tokens or chat.max_completion_tokens)
+        )
     claim = await claim_idempotency(
         request,
         state.store,
