@@ -65,11 +65,12 @@ TAG_SPAN_TURNS = 2.0
 @dataclass(frozen=True, slots=True)
 class AdmissionConfig:
     """`max_active`: turns in their active phase at once (0: no limit, nothing queued or shed); `max_wait_s`: the
-    predicted wait past which a turn is shed (0: never); `half_life_s`: of the attained service's decay."""
+    predicted wait past which a turn is shed (0: never); `half_life_s`: of the attained service's decay. The defaults
+    are the settings' (`GatewaySettings.admission_*`)."""
 
-    max_active: int = 256
-    max_wait_s: float = 2.0
-    half_life_s: float = 30.0
+    max_active: int
+    max_wait_s: float
+    half_life_s: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -326,7 +326,7 @@ async def test_renormalising_keeps_the_order() -> None:
 
 
 async def test_no_limit_means_no_queue() -> None:
-    gate = FairAdmission(AdmissionConfig(max_active=0))
+    gate = FairAdmission(AdmissionConfig(max_active=0, max_wait_s=2.0, half_life_s=30.0))
     slots = [await gate.enter("t", f"s{k}", 1) for k in range(1000)]
     assert (gate.active, gate.waiting) == (0, 0)
     for slot in slots:
