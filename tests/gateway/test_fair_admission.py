@@ -180,3 +180,25 @@ async def test_the_sdk_waits_as_a_shed_turn_asks_then_sends_it_again(tmp_path: P
         assert sleeps == [1.0]  # the Retry-After of the 503, not the SDK's own backoff
         turns = (await gw.client.get("/v1/sessions/sdk-shed/turns")).json()["data"]
         assert [t["status"] for t in turns] == ["ok"]  # the shed attempt left no turn
+
+
+async def test_an_advisory_prefetch_takes_no_slot_and_goes_ahead_of_no_waiting_turn(tmp_path: Path) -> None:
+    settings = {"admission_max_active_per_worker": 1, "admission_max_wait_s": 0, "load_poll_interval_s": 0.02}
+    async with running_gateway(tmp_path, **settings, **ONE_WORKER) as gw:
+        assert (await chat(gw, "typist")).status_code == 200
+        worker = gw.workers["worker-a"]
+        worker.hang = True
+        holder = spawn(chat(gw, "holder"))
+        await until(lambda: gw.state.admission.active == 1)
+        queued = spawn(chat(gw, "queued"))
+        await until(lambda: gw.state.admission.waiting == 1)
+        started = gw.state.admission.started
+        signal = await gw.client.post("/v1/sessions/typist/typing", json={"state": "started"})
+        assert signal.status_code == 202
+        # The advisor sends its prefetch to the worker itself: it lands while every slot is held and a turn waits.
+        await until(lambda: any(p["state"] == "done" for p in worker.prefetches.values()))
+        assert (gw.state.admission.active, gw.state.admission.waiting) == (1, 1)
+        assert gw.state.admission.started == started
+        worker.hang = False
+        await settle([holder])
+        assert (await queued).status_code == 200
