@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import tempfile
 import time
@@ -114,6 +115,8 @@ class LoadReport:
     # (usage.total_tokens) and turns answered, against the fair share (`load_figures.fairness`).
     fairness_tokens: dict[str, float] = field(default_factory=dict)
     fairness_turns: dict[str, float] = field(default_factory=dict)
+    # The sessions the shares are of: those answered before the steady part began, the heavy ones left out.
+    fairness_sessions: int = 0
     # With heavy sessions: the shares above are the other sessions'; each heavy session's tokens against that fair
     # share (the mean of the heavy ones).
     heavy_share_of_fair: float = 0.0
@@ -149,7 +152,8 @@ class LoadReport:
                 if self.shed_latency_ms
                 else []
             ),
-            f"steady per-session tokens: least {tokens.get('min_share_of_fair', 0):.2f} of the fair share, p1"
+            f"steady per-session ({self.fairness_sessions}) tokens: least {tokens.get('min_share_of_fair', 0):.2f}"
+            " of the fair share, p1"
             f" {tokens.get('p1_share_of_fair', 0):.2f}, most {tokens.get('max_share_of_fair', 0):.2f}; turns: least"
             f" {self.fairness_turns.get('min_share_of_fair', 0):.2f}",
             *(
@@ -495,8 +499,11 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
         tokens[index] += served
         turns[index] += 1
     heavy = min(config.heavy_sessions, config.sessions)
-    report.fairness_tokens = fairness(tokens[heavy:])
-    report.fairness_turns = fairness(turns[heavy:])
+    # The shares of the sessions served all through the steady part (the 1% whose first answer came later joined late).
+    present = [i for i in range(heavy, config.sessions) if (tally.first_answer_at[i] or math.inf) <= steady_from]
+    report.fairness_sessions = len(present)
+    report.fairness_tokens = fairness([tokens[i] for i in present])
+    report.fairness_turns = fairness([turns[i] for i in present])
     if heavy and report.fairness_tokens.get("fair_share"):
         report.heavy_share_of_fair = sum(tokens[:heavy]) / heavy / report.fairness_tokens["fair_share"]
     report.rss = rss_figures(report.rss_mb, sessions=config.sessions, warmup_s=warmup)
