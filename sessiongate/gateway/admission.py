@@ -28,8 +28,9 @@ waiting turns with a smaller tag, and what the other waiting tenants start meanw
 mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`ShedDecision`): 429
 `fair_share_exceeded` when its tenant holds more than its weighted share of the turns in the gateway (active and
 waiting), else 503 `gateway_saturated`, both with `Retry-After` (the excess wait). A turn already queued is never
-dropped, and one that has waited twice the bound starts ahead of the order (the oldest first), so newcomers with
-less service cannot hold it back indefinitely.
+dropped; its wait is bounded by the span (two rounds of the others) plus its own session's turns queued ahead of it,
+so only a session that floods turns waits long, behind its own. (An earlier version started a turn that had waited
+twice the bound ahead of the order: under a flood, the flood's turns came in that way and took 8 times their share.)
 
 Advisory prefetches do not pass here: the advisor sends them to the workers itself (`advisor/`), so they never
 hold a slot nor stand ahead of a waiting turn.
@@ -43,7 +44,6 @@ import heapq
 import itertools
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -190,7 +190,6 @@ class FairAdmission:
         self._tenants: dict[str, _Tenant] = {}
         self._heap: list[tuple[float, int, int, str]] = []  # (served / weight, seq, version, tenant): waiting ones
         self._backlogged: set[str] = set()  # tenants with turns waiting
-        self._arrivals: deque[_Waiter] = deque()  # every waiter, oldest first (finished ones skipped lazily)
         self._seq = itertools.count()
         self.active = 0
         self.waiting = 0
@@ -321,7 +320,6 @@ class FairAdmission:
         tenant.waiting += 1
         session.waiting += 1
         self.waiting += 1
-        self._arrivals.append(waiter)
         if tenant.waiting == 1:
             self._backlogged.add(waiter.tenant_id)
             self._push(waiter.tenant_id, tenant)
@@ -412,12 +410,6 @@ class FairAdmission:
                 future.set_result(None)
 
     def _next(self, now: float) -> _Waiter:
-        arrivals = self._arrivals
-        while arrivals and arrivals[0].future is None:
-            arrivals.popleft()
-        overdue_after = 2 * self.config.max_wait_s
-        if arrivals and overdue_after and now - arrivals[0].enqueued_at > overdue_after:
-            return arrivals.popleft()
         while True:
             _, _, version, tenant_id = heapq.heappop(self._heap)
             tenant = self._tenants.get(tenant_id)
