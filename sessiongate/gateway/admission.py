@@ -27,10 +27,12 @@ A turn that cannot start at once has a predicted wait: the turns that would star
 waiting turns with a smaller tag, and what the other waiting tenants start meanwhile by weight) times the recent
 mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`ShedDecision`): 429
 `fair_share_exceeded` when its tenant holds more than its weighted share of the turns in the gateway (active and
-waiting), else 503 `gateway_saturated`, both with `Retry-After` (the excess wait). A turn already queued is never
-dropped; its wait is bounded by the span (two rounds of the others) plus its own session's turns queued ahead of it,
-so only a session that floods turns waits long, behind its own. (An earlier version started a turn that had waited
-twice the bound ahead of the order: under a flood, the flood's turns came in that way and took 8 times their share.)
+waiting), else 503 `gateway_saturated`, both with `Retry-After` (the predicted wait: by then the turns ahead of it
+have started). A turn already queued is never dropped, and a turn that was its session's only one when it came and
+has waited twice the bound starts ahead of the order (the oldest first): sessions coming back from a pause enter at
+the virtual time and could otherwise hold back a turn tagged just past it for as long as they keep coming. A
+session's further turns (a flood) get no such start: when they did, the flood's turns came in that way and took 8
+times their share.
 
 Advisory prefetches do not pass here: the advisor sends them to the workers itself (`advisor/`), so they never
 hold a slot nor stand ahead of a waiting turn.
@@ -44,6 +46,7 @@ import heapq
 import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,7 +86,9 @@ class ShedDecision:
 
     @property
     def retry_after_s(self) -> float:
-        return max(self.predicted_wait_s - self.max_wait_s, 0.0)
+        """The predicted wait: by then the turns ahead have started (the excess over the bound alone brought 10,000
+        sessions back every second, a storm of retries that took the gateway's time)."""
+        return self.predicted_wait_s
 
     def error(self) -> RateLimited | Saturated:
         if self.over_share:
@@ -190,6 +195,8 @@ class FairAdmission:
         self._tenants: dict[str, _Tenant] = {}
         self._heap: list[tuple[float, int, int, str]] = []  # (served / weight, seq, version, tenant): waiting ones
         self._backlogged: set[str] = set()  # tenants with turns waiting
+        # Waiters that were their session's only turn when they came, oldest first (finished ones skipped lazily).
+        self._arrivals: deque[_Waiter] = deque()
         self._seq = itertools.count()
         self.active = 0
         self.waiting = 0
@@ -315,6 +322,8 @@ class FairAdmission:
             self._present_weight = max(self._present_weight - tenant.weight, 0.0)
 
     def _enqueue(self, tenant: _Tenant, session: _Session, waiter: _Waiter) -> None:
+        if not session.active and not session.waiting:
+            self._arrivals.append(waiter)
         self._count_in(tenant)
         bisect.insort(tenant.queue, (waiter.tag, waiter.seq, waiter))
         tenant.waiting += 1
@@ -410,6 +419,12 @@ class FairAdmission:
                 future.set_result(None)
 
     def _next(self, now: float) -> _Waiter:
+        arrivals = self._arrivals
+        while arrivals and arrivals[0].future is None:
+            arrivals.popleft()
+        overdue_after = 2 * self.config.max_wait_s
+        if arrivals and overdue_after and now - arrivals[0].enqueued_at > overdue_after:
+            return arrivals.popleft()
         while True:
             _, _, version, tenant_id = heapq.heappop(self._heap)
             tenant = self._tenants.get(tenant_id)

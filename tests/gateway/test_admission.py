@@ -231,8 +231,8 @@ async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_
         await gate.enter("t", "d", 100)  # predicted 2 s > 1.5 s
     assert shed.value.status_code == 503
     assert shed.value.code == "gateway_saturated"
-    assert shed.value.retry_after_s == pytest.approx(0.5)
-    assert shed.value.headers() == {"Retry-After": "1"}
+    assert shed.value.retry_after_s == pytest.approx(2.0)  # the predicted wait: by then the turns ahead have started
+    assert shed.value.headers() == {"Retry-After": "2"}
     assert gate.stats()["shed_503"] == 1
     assert (gate.active, gate.waiting) == (1, 1)  # nothing already accepted was dropped
 
@@ -260,6 +260,37 @@ async def test_a_tenant_over_its_fair_share_gets_429_and_another_tenant_503() ->
     # gateway is saturated, the tenant not over its share.
     with pytest.raises(Saturated):
         await gate.enter("small", "s3", 100)
+
+
+async def test_a_sessions_only_turn_that_waited_twice_the_bound_starts_ahead_of_the_order() -> None:
+    clock = Clock()
+    gate = admission(clock, max_wait_s=1.0)
+    starts = Starts(gate)
+    await starts.queue("hold", "t", "hold")  # no mean yet: nothing is shed
+    await starts.queue("rich", "t", "rich")
+    await starts.release("hold", tokens=10)
+    await starts.release("rich", tokens=10_000)  # the rich session has much service
+    await starts.queue("hold-2", "t", "hold")
+    await starts.queue("rich-2", "t", "rich")
+    clock.now += 2.5  # past twice the bound
+    await starts.queue("new", "t", "new")  # less service, but arrived later
+    await starts.release("hold-2")
+    assert starts.order[-1] == "rich-2"
+
+
+async def test_a_floods_further_turns_do_not_start_ahead_when_overdue() -> None:
+    clock = Clock()
+    gate = admission(clock, max_wait_s=1.0)
+    starts = Starts(gate)
+    await starts.queue("hold", "t", "hold")
+    await starts.queue("f-1", "t", "flood")  # the session's only turn: may start ahead once overdue
+    await starts.queue("f-2", "t", "flood")  # its second: never ahead of the order
+    clock.now += 2.5
+    await starts.queue("new", "t", "new")
+    await starts.release("hold")
+    await starts.release("f-1")
+    await starts.release("new")
+    assert starts.order == ["hold", "f-1", "new", "f-2"]
 
 
 async def test_idle_sessions_are_forgotten_once_their_service_decayed() -> None:
