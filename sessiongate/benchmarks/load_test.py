@@ -9,7 +9,20 @@ straight to a worker), errors, the turns the store recorded against the turns an
 time. The client is aiohttp, reading each answer whole, as `router_overhead`'s: it costs less per request than
 httpx's default transport, so more of the machine is left to what is measured.
 
+Two workloads, both closed loops (a session sends its next turn when its answer has come and its think time passed):
+`synthetic` (the default) sends twelve-word questions back to back; `sharegpt` plays ShareGPT conversations
+(`workloads.sharegpt_sessions`: the trace's user message lengths, answers cut to `--max-tokens`, an exponential
+think time of mean `--think-time` between turns, as the trace replay draws them; a conversation that ends starts
+again, in the same session, after a think time), the first turns spread over one mean think time. A turn the gateway's
+admission refuses (`gateway/turn/admission.py`: 429 `fair_share_exceeded` or 503 `gateway_saturated`, with
+`Retry-After`) is counted as shed, not as an error: the session waits as asked and sends it again. Any other error
+status is an error. Reported as well: how fast shed turns were answered, the added latency's p99 / p50, each
+session's share of the tokens and turns served against the fair share (`load_figures.fairness`; meaningful without
+think time, when every session wants service all the time), the RSS per 1,000 sessions and its growth after the
+warm-up (`--warmup`), and the client's own event-loop lag (what of the latencies it measures is its own).
+
     python -m sessiongate.benchmarks.load_test --sessions 1000 --duration 60
+    python -m sessiongate.benchmarks.load_test --sessions 10000 --duration 120 --workload sharegpt --think-time 20
 """
 
 from __future__ import annotations
@@ -17,8 +30,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
-import statistics
 import tempfile
 import time
 from collections import Counter
@@ -30,10 +43,13 @@ import aiohttp
 import orjson
 from sqlalchemy import text
 
+from sessiongate.sdk._retries import parse_retry_after
 from sessiongate.sdk._sse import parse_events
 from sessiongate.sessions import create_engine
 
+from .load_figures import fairness, percentiles, rss_figures
 from .processes import FakeWorkerProcess, GatewayServer
+from .workloads import SessionTrace, sharegpt_sessions
 
 __all__ = ["LoadConfig", "LoadReport", "run_load"]
 
@@ -55,6 +71,18 @@ class LoadConfig:
     # Run the gateway from this source tree (its PYTHONPATH) instead of the installed one: two trees under the
     # same client, e.g. a `git archive` export of an older commit.
     gateway_source: str | None = None
+    # "synthetic" (twelve-word questions) or "sharegpt" (the trace's conversations); think time between turns
+    # (exponential, this mean; 0: back to back); the RSS after this many seconds is the warmed-up figure (None: a
+    # quarter of the duration).
+    workload: str = "synthetic"
+    think_time_s: float = 0.0
+    warmup_s: float | None = None
+    # More SESSIONGATE_* settings for the gateway (e.g. the admission's).
+    gateway_env: tuple[tuple[str, str], ...] = ()
+    # The first `heavy_sessions` sessions each keep `heavy_concurrency` turns in flight at once (as many loops on one
+    # session id): a flood from a few sessions, against which the others' shares are read.
+    heavy_sessions: int = 0
+    heavy_concurrency: int = 1
 
 
 @dataclass
@@ -71,34 +99,125 @@ class LoadReport:
     added_latency_ms: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     rss_mb: list[tuple[float, float]] = field(default_factory=list)
+    # Turns refused with 429/503 and Retry-After, by status (each sent again after the wait), and how long the
+    # refusals took to come.
+    shed: dict[str, int] = field(default_factory=dict)
+    shed_latency_ms: dict[str, float] = field(default_factory=dict)
+    added_p99_over_p50: float = 0.0
+    # The steady part of the run (`_Tally.steady_from`): from when, its throughput and latencies, and what the gateway
+    # added to them (the figures the targets are read from; the fields above cover every turn, the first ones too).
+    steady_from_s: float = 0.0
+    steady_throughput_turns_per_s: float = 0.0
+    steady_latency_ms: dict[str, float] = field(default_factory=dict)
+    steady_added_latency_ms: dict[str, float] = field(default_factory=dict)
+    steady_added_p99_over_p50: float = 0.0
+    # Per session, in the steady part: tokens served
+    # (usage.total_tokens) and turns answered, against the fair share (`load_figures.fairness`).
+    fairness_tokens: dict[str, float] = field(default_factory=dict)
+    fairness_turns: dict[str, float] = field(default_factory=dict)
+    # The sessions the shares are of: those answered before the steady part began, the heavy ones left out.
+    fairness_sessions: int = 0
+    # With heavy sessions: the shares above are the other sessions'; each heavy session's tokens against that fair
+    # share (the mean of the heavy ones).
+    heavy_share_of_fair: float = 0.0
+    rss: dict[str, float] = field(default_factory=dict)
+    # From the store: each answered turn's wait from the gateway's handler to its dispatch to a worker (SQLite only).
+    store_dispatch_wait_ms: dict[str, float] = field(default_factory=dict)
+    # How late the client's own event loop woke from a 50 ms sleep: a latency the client measures that is its own.
+    client_lag_ms: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
-        rss = [mb for _, mb in self.rss_mb]
         lat, direct, added = self.latency_ms, self.direct_latency_ms, self.added_latency_ms
+        config, rss, tokens = self.config, self.rss, self.fairness_tokens
+        rows_total = sum(n for key, n in self.rows.items() if key.startswith("turns_"))
         lines = [
-            f"sessions {self.config['sessions']}, {self.config['duration_s']} s, {self.config['workers']} fake workers",
-            f"turns sent {self.turns_sent}, ok {self.turns_ok}, errors {self.errors or 0}",
+            f"sessions {config['sessions']}, {config['duration_s']} s, {config['workers']} fake workers,"
+            f" workload {config['workload']}, think time {config['think_time_s']} s",
+            f"turns sent {self.turns_sent}, ok {self.turns_ok}, errors {self.errors or 0}, shed {self.shed or 0}",
             *([f"error details {self.error_details}"] if self.error_details else []),
             f"throughput {self.throughput_turns_per_s:.1f} turns/s",
             f"latency ms through the gateway p50 {lat.get('p50', 0):.1f} p99 {lat.get('p99', 0):.1f}",
             f"latency ms straight to a worker p50 {direct.get('p50', 0):.1f} p99 {direct.get('p99', 0):.1f}",
-            f"added by the gateway p50 {added.get('p50', 0):.1f} p99 {added.get('p99', 0):.1f}",
-            f"store rows: {self.rows} (turns answered ok: {self.turns_ok})",
-            f"gateway RSS MB: start {rss[0] if rss else 0:.0f}, max {max(rss) if rss else 0:.0f},"
-            f" end {rss[-1] if rss else 0:.0f}",
+            f"added by the gateway p50 {added.get('p50', 0):.1f} p99 {added.get('p99', 0):.1f}"
+            f" (p99 / p50 {self.added_p99_over_p50:.2f})",
+            f"steady from {self.steady_from_s:.1f} s: {self.steady_throughput_turns_per_s:.1f} turns/s, latency ms p50"
+            f" {self.steady_latency_ms.get('p50', 0):.1f} p99 {self.steady_latency_ms.get('p99', 0):.1f}, added p50"
+            f" {self.steady_added_latency_ms.get('p50', 0):.1f} p99 {self.steady_added_latency_ms.get('p99', 0):.1f}"
+            f" (p99 / p50 {self.steady_added_p99_over_p50:.2f})",
+            *(
+                [
+                    f"shed answered in ms p50 {self.shed_latency_ms['p50']:.1f} p99 {self.shed_latency_ms['p99']:.1f}"
+                    f" max {self.shed_latency_ms['max']:.1f}"
+                ]
+                if self.shed_latency_ms
+                else []
+            ),
+            f"steady per-session ({self.fairness_sessions}) tokens: least {tokens.get('min_share_of_fair', 0):.2f}"
+            " of the fair share, p1"
+            f" {tokens.get('p1_share_of_fair', 0):.2f}, most {tokens.get('max_share_of_fair', 0):.2f}; turns: least"
+            f" {self.fairness_turns.get('min_share_of_fair', 0):.2f}",
+            *(
+                [
+                    f"heavy sessions: {self.config['heavy_sessions']} x {self.config['heavy_concurrency']} turns in"
+                    f" flight, each served {self.heavy_share_of_fair:.2f} x the others' fair share"
+                ]
+                if self.config["heavy_sessions"]
+                else []
+            ),
+            f"client loop lag ms p50 {self.client_lag_ms.get('p50', 0):.1f} p99 {self.client_lag_ms.get('p99', 0):.1f}",
+            f"store rows: {self.rows} (turns answered ok: {self.turns_ok}, rows {rows_total})",
+            f"handler to worker ms (store) p50 {self.store_dispatch_wait_ms.get('p50', 0):.1f} p99"
+            f" {self.store_dispatch_wait_ms.get('p99', 0):.1f} max {self.store_dispatch_wait_ms.get('max', 0):.1f}",
+            f"gateway RSS MB: start {rss.get('start_mb', 0):.0f}, after warm-up {rss.get('after_warmup_mb', 0):.0f},"
+            f" end {rss.get('end_mb', 0):.0f}, max {rss.get('max_mb', 0):.0f}; growth after warm-up"
+            f" {rss.get('growth_after_warmup_mb', 0):.1f} MB; {rss.get('mb_per_1000_sessions', 0):.1f} MB per 1,000"
+            " sessions",
         ]
         return "\n".join(lines)
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
+# The admission's refusals (gateway/turn/admission.py); any other error status (a 503 `store_unavailable`, say)
+# is an error.
+_SHED_CODES = frozenset({"gateway_saturated", "fair_share_exceeded"})
 
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
-    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "mean": statistics.fmean(ordered), "n": len(ordered)}
+def _error_code(payload: bytes) -> str:
+    try:
+        error = orjson.loads(payload).get("error") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    return str(error.get("code") or "") if isinstance(error, dict) else ""
+
+
+class _Shed(Exception):
+    def __init__(self, status: int, retry_after_s: float) -> None:
+        super().__init__(f"status_{status}")
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+
+@dataclass
+class _Tally:
+    """What the sessions record as they go; times are seconds from the run's start (`started`)."""
+
+    sessions: int
+    started: float
+    shed_latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    details: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
+    # Each turn answered: (sent at, latency ms, session index, tokens served).
+    answered: list[tuple[float, float, int, int]] = field(default_factory=list)
+    first_answer_at: list[float | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.first_answer_at = [None] * self.sessions
+
+    def steady_from(self, warmup_s: float) -> float:
+        """When the run is steady: after the warm-up, and once 99% of the sessions have had their first answer (a
+        session's first turn opens its connection: 1,000 at once wait on the gateway's accepts)."""
+        firsts = sorted(at for at in self.first_answer_at if at is not None)
+        return max(warmup_s, firsts[int(0.99 * (len(firsts) - 1))] if firsts else 0.0)
 
 
 def _rss_mb(pid: int) -> float:
@@ -116,16 +235,27 @@ async def _turn(
     stream: bool,
     max_tokens: int,
     headers: dict[str, str],
-) -> str:
-    """One chat request; the assistant's text. Raises on any error status or error event."""
-    body = orjson.dumps({"model": "fake-model", "messages": messages, "stream": stream, "max_tokens": max_tokens})
+) -> tuple[str, int]:
+    """One chat request; the assistant's text and the tokens served (usage.total_tokens). Raises `_Shed` when the
+    admission refused it, RuntimeError on any other error status or error event."""
+    request: dict[str, Any] = {"model": "fake-model", "messages": messages, "stream": stream, "max_tokens": max_tokens}
+    if stream:
+        request["stream_options"] = {"include_usage": True}
+    body = orjson.dumps(request)
     async with client.post(url, data=body, headers={**headers, "content-type": "application/json"}) as response:
         payload = await response.read()
         if response.status != 200:
-            raise RuntimeError(f"status_{response.status}")
+            code = _error_code(payload)
+            retry_after = parse_retry_after(response.headers)
+            if code in _SHED_CODES and retry_after is not None:
+                raise _Shed(response.status, retry_after)
+            raise RuntimeError(f"status_{response.status}" + (f"_{code}" if code else ""))
     if not stream:
-        return str(orjson.loads(payload)["choices"][0]["message"]["content"] or "")
+        answer = orjson.loads(payload)
+        usage = answer.get("usage") or {}
+        return str(answer["choices"][0]["message"]["content"] or ""), int(usage.get("total_tokens") or 0)
     parts: list[str] = []
+    tokens = 0
     done = False
     for event in parse_events(payload):
         if event.done:
@@ -134,11 +264,32 @@ async def _turn(
         chunk = event.json()
         if "error" in chunk:
             raise RuntimeError("error_event")
+        if chunk.get("usage"):
+            tokens = int(chunk["usage"].get("total_tokens") or 0)
         for choice in chunk.get("choices") or ():
             parts.append(choice.get("delta", {}).get("content") or "")
     if not done:
         raise RuntimeError("stream_cut")
-    return "".join(parts)
+    return "".join(parts), tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    words: int  # the user's message
+    max_tokens: int
+    think_s: float  # before it is sent
+
+
+def _steps(config: LoadConfig, plan: SessionTrace | None, rng: random.Random) -> list[_Step]:
+    """One conversation's turns: the trace's (user message lengths, answers cut to max_tokens, think times), or
+    twenty synthetic twelve-word questions (the context then starts over, as the test always did)."""
+    if plan is None:
+        think = config.think_time_s
+        return [_Step(12, config.max_tokens, rng.expovariate(1 / think) if think else 0.0) for _ in range(20)]
+    return [
+        _Step(min(max(turn.append_tokens, 1), 512), min(turn.output_tokens, config.max_tokens), turn.gap_s)
+        for turn in plan.turns
+    ]
 
 
 async def _session(
@@ -147,36 +298,75 @@ async def _session(
     url: str,
     config: LoadConfig,
     deadline: float,
-    latencies: list[float],
-    errors: Counter[str],
-    details: Counter[str],
-    counts: Counter[str],
+    tally: _Tally,
+    plan: SessionTrace | None,
+    lane: int = 0,
 ) -> None:
-    rng = random.Random(config.seed * 1_000_003 + index)
+    rng = random.Random((config.seed * 1_000_003 + index) * 101 + lane)
+    # Spread the first requests: over half a second, or one mean think time.
+    await asyncio.sleep(rng.random() * max(0.5, config.think_time_s))
     session_id = f"load-{config.seed}-{index}"
-    messages: list[dict[str, Any]] = [{"role": "system", "content": f"You are session {index}."}]
-    await asyncio.sleep(rng.random() * 0.5)  # spread the first requests
+    first = True
     while time.monotonic() < deadline:
-        messages.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(12))})
-        stream = rng.random() < config.stream_share
+        messages: list[dict[str, Any]] = [{"role": "system", "content": f"You are session {index}."}]
+        for k, step in enumerate(_steps(config, plan, rng)):
+            if first:
+                think = 0.0
+            elif k or plan is None:
+                think = step.think_s
+            else:  # a conversation that starts over waits a think time too (the trace's first turn has none)
+                think = rng.expovariate(1 / config.think_time_s) if config.think_time_s else 0.0
+            first = False
+            if think > 0:  # not past the deadline: the run ends on time
+                await asyncio.sleep(min(think, max(deadline - time.monotonic(), 0.0)))
+            if time.monotonic() >= deadline:
+                return
+            messages.append({"role": "user", "content": " ".join(rng.choice(WORDS) for _ in range(step.words))})
+            if not await _one_turn(index, client, url, messages, step, session_id, rng, config, deadline, tally):
+                messages.pop()
+
+
+async def _one_turn(
+    index: int,
+    client: aiohttp.ClientSession,
+    url: str,
+    messages: list[dict[str, Any]],
+    step: _Step,
+    session_id: str,
+    rng: random.Random,
+    config: LoadConfig,
+    deadline: float,
+    tally: _Tally,
+) -> bool:
+    """Send the turn until it is answered (a shed turn again after its Retry-After); whether it was."""
+    stream = rng.random() < config.stream_share
+    while True:
         started = time.perf_counter()
-        counts["sent"] += 1
+        tally.counts["sent"] += 1
         try:
-            text = await _turn(
-                client, url, messages, stream=stream, max_tokens=config.max_tokens, headers={"x-session-id": session_id}
+            text, tokens = await _turn(
+                client, url, messages, stream=stream, max_tokens=step.max_tokens, headers={"x-session-id": session_id}
             )
-        except (TimeoutError, RuntimeError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
-            errors[str(exc) if isinstance(exc, RuntimeError) else type(exc).__name__] += 1
-            if isinstance(exc, aiohttp.ClientError | TimeoutError):
-                details[f"{type(exc).__name__}: {exc}"] += 1
-            messages.pop()
-            await asyncio.sleep(0.1)
+        except _Shed as shed:
+            tally.shed_latencies.append((time.perf_counter() - started) * 1000)
+            tally.counts[f"shed_{shed.status}"] += 1
+            await asyncio.sleep(min(shed.retry_after_s, max(deadline - time.monotonic(), 0.0)))
+            if time.monotonic() >= deadline:
+                return False
             continue
-        latencies.append((time.perf_counter() - started) * 1000)
-        counts["ok"] += 1
+        except (TimeoutError, RuntimeError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+            tally.errors[str(exc) if isinstance(exc, RuntimeError) else type(exc).__name__] += 1
+            if isinstance(exc, aiohttp.ClientError | TimeoutError):
+                tally.details[f"{type(exc).__name__}: {exc}"] += 1
+            await asyncio.sleep(0.1)
+            return False
+        ended = time.perf_counter()
+        tally.answered.append((started - tally.started, (ended - started) * 1000, index, tokens))
+        if tally.first_answer_at[index] is None:
+            tally.first_answer_at[index] = ended - tally.started
+        tally.counts["ok"] += 1
         messages.append({"role": "assistant", "content": text})
-        if len(messages) > 41:  # keep conversations bounded: start over as a new context
-            del messages[1:]
+        return True
 
 
 WORDS = [
@@ -225,23 +415,37 @@ async def _direct_baseline(worker_url: str, config: LoadConfig) -> list[float]:
     return latencies
 
 
-async def _count_rows(database_url: str) -> dict[str, int]:
-    """Turns by status and sessions, as the store holds them after the run (SQLite or PostgreSQL)."""
+# Each answered turn's wait from the gateway's handler to the worker (the admission's queue, the store's begin_turn,
+# routing), as the store recorded it; SQLite's date arithmetic (the default store).
+_DISPATCH_WAITS = text(
+    "SELECT (julianday(dispatched_at) - julianday(received_at)) * 86400000.0 FROM turns"
+    " WHERE status = 'ok' AND dispatched_at IS NOT NULL"
+)
+
+
+async def _count_rows(database_url: str, report: LoadReport) -> None:
+    """Turns by status and sessions, as the store holds them after the run (SQLite or PostgreSQL), and on SQLite the
+    waits from the handler to the worker."""
     engine = create_engine(database_url)
     try:
         async with engine.connect() as db:
             rows = (await db.execute(text("SELECT status, count(*) FROM turns GROUP BY status"))).all()
             sessions = (await db.execute(text("SELECT count(*) FROM sessions"))).scalar_one()
+            if database_url.startswith("sqlite"):
+                waits = (await db.execute(_DISPATCH_WAITS)).scalars().all()
+                report.store_dispatch_wait_ms = percentiles([float(w) for w in waits])
     finally:
         await engine.dispose()
-    return {**{f"turns_{status}": int(n) for status, n in rows}, "sessions": int(sessions)}
+    report.rows = {**{f"turns_{status}": int(n) for status, n in rows}, "sessions": int(sessions)}
 
 
 async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport) -> None:
-    latencies: list[float] = []
-    errors: Counter[str] = Counter()
-    details: Counter[str] = Counter()
-    counts: Counter[str] = Counter()
+    tally = _Tally(config.sessions, time.perf_counter())
+    plans: list[SessionTrace | None] = (
+        list(sharegpt_sessions(count=config.sessions, seed=config.seed, think_time_s=config.think_time_s))
+        if config.workload == "sharegpt"
+        else [None] * config.sessions
+    )
     url = f"{gateway.url}/v1/chat/completions"
     connector = aiohttp.TCPConnector(limit=config.sessions + 10)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as client:
@@ -253,21 +457,57 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
                 report.rss_mb.append((round(time.monotonic() - started, 1), round(_rss_mb(gateway.pid), 1)))
                 await asyncio.sleep(1.0)
 
+        lags: list[float] = []
+
+        async def probe_lag() -> None:
+            while time.monotonic() < deadline:
+                asleep = time.perf_counter()
+                await asyncio.sleep(0.05)
+                lags.append((time.perf_counter() - asleep - 0.05) * 1000)
+
+        tally.started = time.perf_counter()
         sampler = asyncio.create_task(sample_rss())
+        prober = asyncio.create_task(probe_lag())
         await asyncio.gather(
+            *(_session(i, client, url, config, deadline, tally, plans[i]) for i in range(config.sessions)),
             *(
-                _session(i, client, url, config, deadline, latencies, errors, details, counts)
-                for i in range(config.sessions)
-            )
+                _session(i, client, url, config, deadline, tally, plans[i], lane)
+                for i in range(min(config.heavy_sessions, config.sessions))
+                for lane in range(1, config.heavy_concurrency)
+            ),
         )
         elapsed = time.monotonic() - started
         sampler.cancel()
+        prober.cancel()
     report.rss_mb.append((round(elapsed, 1), round(_rss_mb(gateway.pid), 1)))
+    counts = tally.counts
     report.turns_sent, report.turns_ok = counts["sent"], counts["ok"]
-    report.errors = dict(errors)
-    report.error_details = dict(details)
+    report.errors = dict(tally.errors)
+    report.error_details = dict(tally.details)
+    report.shed = {key: n for key, n in counts.items() if key.startswith("shed_")}
+    report.shed_latency_ms = percentiles(tally.shed_latencies)
     report.throughput_turns_per_s = counts["ok"] / elapsed
-    report.latency_ms = _percentiles(latencies)
+    report.latency_ms = percentiles([latency for _, latency, _, _ in tally.answered])
+    report.client_lag_ms = percentiles(lags)
+    warmup = config.warmup_s if config.warmup_s is not None else config.duration_s / 4
+    steady_from = tally.steady_from(warmup)
+    steady = [turn for turn in tally.answered if turn[0] >= steady_from]
+    report.steady_from_s = steady_from
+    report.steady_throughput_turns_per_s = len(steady) / max(elapsed - steady_from, 1e-9)
+    report.steady_latency_ms = percentiles([latency for _, latency, _, _ in steady])
+    tokens, turns = [0] * config.sessions, [0] * config.sessions
+    for _, _, index, served in steady:
+        tokens[index] += served
+        turns[index] += 1
+    heavy = min(config.heavy_sessions, config.sessions)
+    # The shares of the sessions served all through the steady part (the 1% whose first answer came later joined late).
+    present = [i for i in range(heavy, config.sessions) if (tally.first_answer_at[i] or math.inf) <= steady_from]
+    report.fairness_sessions = len(present)
+    report.fairness_tokens = fairness([tokens[i] for i in present])
+    report.fairness_turns = fairness([turns[i] for i in present])
+    if heavy and report.fairness_tokens.get("fair_share"):
+        report.heavy_share_of_fair = sum(tokens[:heavy]) / heavy / report.fairness_tokens["fair_share"]
+    report.rss = rss_figures(report.rss_mb, sessions=config.sessions, warmup_s=warmup)
 
 
 def run_load(config: LoadConfig, *, work_dir: Path | None = None) -> LoadReport:
@@ -284,22 +524,32 @@ def run_load(config: LoadConfig, *, work_dir: Path | None = None) -> LoadReport:
             "SESSIONGATE_DATABASE_URL": database_url,
             "SESSIONGATE_ALLOW_UNAUTHENTICATED": "true",
             "SESSIONGATE_LOG_LEVEL": "warning",
+            **dict(config.gateway_env),
         }
-        if config.gateway_source is not None:
-            env["PYTHONPATH"] = str(Path(config.gateway_source).resolve())
-        gateway = GatewayServer(work, workers=[w.url for w in workers], env=env)
+        source = Path(config.gateway_source).resolve() if config.gateway_source is not None else None
+        if source is not None:
+            env["PYTHONPATH"] = str(source)
+        # Run in the source tree: `python -m` would otherwise put this process's directory ahead of PYTHONPATH.
+        gateway = GatewayServer(work, workers=[w.url for w in workers], env=env, cwd=source)
         gateway.wait_ready()
-        report.direct_latency_ms = _percentiles(asyncio.run(_direct_baseline(workers[0].url, config)))
+        report.direct_latency_ms = percentiles(asyncio.run(_direct_baseline(workers[0].url, config)))
         asyncio.run(_drive(gateway, config, report))
         for key in ("p50", "p99"):
             if key in report.latency_ms and key in report.direct_latency_ms:
                 report.added_latency_ms[key] = report.latency_ms[key] - report.direct_latency_ms[key]
+            if key in report.steady_latency_ms and key in report.direct_latency_ms:
+                report.steady_added_latency_ms[key] = report.steady_latency_ms[key] - report.direct_latency_ms[key]
+        if report.added_latency_ms.get("p50", 0) > 0:
+            report.added_p99_over_p50 = report.added_latency_ms["p99"] / report.added_latency_ms["p50"]
+        if report.steady_added_latency_ms.get("p50", 0) > 0:
+            steady = report.steady_added_latency_ms
+            report.steady_added_p99_over_p50 = steady["p99"] / steady["p50"]
     finally:
         if gateway is not None:
             gateway.stop()
         for worker in workers:
             worker.stop()
-    report.rows = asyncio.run(_count_rows(database_url))
+    asyncio.run(_count_rows(database_url, report))
     return report
 
 
@@ -318,7 +568,20 @@ def main() -> None:
     parser.add_argument(
         "--gateway-source", help="run the gateway from this source tree (e.g. an export of another commit)"
     )
+    parser.add_argument("--workload", choices=("synthetic", "sharegpt"), default="synthetic")
+    parser.add_argument(
+        "--think-time", type=float, default=None, help="mean think time, s (default: 0, or 20 with --workload sharegpt)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, help="s; the RSS after it is the warmed-up figure (default: duration/4)"
+    )
+    parser.add_argument(
+        "--gateway-setting", action="append", default=[], metavar="NAME=VALUE", help="a SESSIONGATE_* setting"
+    )
+    parser.add_argument("--heavy-sessions", type=int, default=0, help="sessions that keep several turns in flight")
+    parser.add_argument("--heavy-concurrency", type=int, default=1, help="turns in flight per heavy session")
     args = parser.parse_args()
+    think = args.think_time if args.think_time is not None else (20.0 if args.workload == "sharegpt" else 0.0)
     config = LoadConfig(
         sessions=args.sessions,
         duration_s=args.duration,
@@ -328,6 +591,12 @@ def main() -> None:
         database_url=args.database_url,
         gateway_source=args.gateway_source,
         worker_prefix_cache=args.worker_prefix_cache,
+        workload=args.workload,
+        think_time_s=think,
+        warmup_s=args.warmup,
+        gateway_env=tuple((name, value) for name, _, value in (s.partition("=") for s in args.gateway_setting)),
+        heavy_sessions=args.heavy_sessions,
+        heavy_concurrency=args.heavy_concurrency,
     )
     report = run_load(config)
     print(report.summary())

@@ -47,12 +47,15 @@ def free_port() -> int:
 
 
 class ManagedProcess:
-    def __init__(self, command: list[str], *, log_path: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, command: list[str], *, log_path: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.process = subprocess.Popen(
             command,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -159,15 +162,24 @@ class FloorProxyProcess(ManagedProcess):
 
 
 class GatewayServer(ManagedProcess):
-    """`sessiongate serve` on a free port; `env` holds SESSIONGATE_* settings."""
+    """`sessiongate serve` on a free port; `env` holds SESSIONGATE_* settings. `cwd`: where it runs (`python -m` puts
+    that directory first on its path, ahead of PYTHONPATH: a gateway meant to run another source tree runs there)."""
 
-    def __init__(self, log_dir: Path, *, workers: list[str], env: Mapping[str, str], port: int | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        workers: list[str],
+        env: Mapping[str, str],
+        port: int | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "sessiongate.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         for worker in workers:
             command += ["--worker", worker]
-        super().__init__(command, log_path=log_dir / f"gateway-{self.port}.log", env=env)
+        super().__init__(command, log_path=log_dir / f"gateway-{self.port}.log", env=env, cwd=cwd)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         self.wait_http(f"{self.url}/healthz", timeout_s)

@@ -42,6 +42,7 @@ from .api.sessions import (
 from .api.signals import signal_routes
 from .api.tenancy import CacheSalts, KeyRing
 from .errors import exception_handlers
+from .observability.admission_metrics import AdmissionCollector
 from .observability.metrics import GatewayMetrics
 from .observability.tracing import Tracing, tracing_from_environ
 from .openai_responses import create_response, delete_response, get_response, list_input_items
@@ -49,6 +50,7 @@ from .routing import RoutingPolicy
 from .settings import GatewaySettings
 from .shared import make_shared
 from .state import GatewayState
+from .turn.admission import AdmissionConfig, FairAdmission
 from .turn.chat import chat_completions
 from .turn.limits import TenantLimits
 from .turn.route import ChatRoute
@@ -191,6 +193,14 @@ def create_app(
                 tracing=traces,
             )
             gateway_metrics.watch_advisories(routing.advisor.stats)
+            admission = FairAdmission(
+                AdmissionConfig(
+                    max_active=settings.admission_max_active_per_worker * max(len(settings.workers), 1),
+                    max_wait_s=settings.admission_max_wait_s,
+                    half_life_s=settings.admission_half_life_s,
+                )
+            )
+            gateway_metrics.registry.register(AdmissionCollector(admission))
             state = GatewayState(
                 settings=settings,
                 http=http,
@@ -201,6 +211,7 @@ def create_app(
                 metrics=gateway_metrics,
                 keys=KeyRing(the_store, ttl_s=settings.key_cache_ttl_s),
                 limits=limits,
+                admission=admission,
                 salts=salts,
                 instance=instance,
                 run=run,

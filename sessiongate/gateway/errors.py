@@ -9,6 +9,7 @@
     ├── PayloadTooLarge               413 invalid_request_error / request_too_large
     ├── RateLimited                   429 rate_limit_error, with Retry-After (a tenant's limit)
     ├── ServiceUnavailable            503 service_unavailable (no healthy worker, store down)
+    │   └── Saturated                 503 gateway_saturated, with Retry-After (the admission queue's bound)
     └── UpstreamError                 502 upstream_error (a worker failed us)
         ├── WorkerUnreachable         502 worker_unreachable (refused, reset, closed mid-way)
         ├── WorkerTimeout             504 worker_timeout
@@ -40,6 +41,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "RateLimited",
+    "Saturated",
     "ServiceUnavailable",
     "UpstreamError",
     "WorkerRejected",
@@ -123,6 +125,19 @@ class ServiceUnavailable(GatewayError):
     error_type = "service_unavailable"
 
 
+class Saturated(ServiceUnavailable):
+    """A turn shed because it would wait past the bound (`gateway.turn.admission`)."""
+
+    code = "gateway_saturated"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
 class UpstreamError(GatewayError):
     status_code = 502
     error_type = "upstream_error"
@@ -169,7 +184,7 @@ def _response(status: int, body: dict[str, Any], headers: Mapping[str, str] | No
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    if exc.status_code >= 500:
+    if exc.status_code >= 500 and not isinstance(exc, Saturated):  # shed turns are counted, not logged one by one
         log.warning(
             "request_failed", status=exc.status_code, error_type=exc.error_type, code=exc.code, error=exc.message
         )

@@ -84,6 +84,14 @@ class GatewaySettings(EnvSettings):
     """The highest session priority a tenant may set through the sessions API (-1000 to 1000). Each turn carries its
     session's priority to the worker, where it ranks the turn's KV in the cache (with priority eviction): without a
     bound one tenant could rank its KV above every other tenant's. The admin API is not bounded."""
+    admission_max_active_per_worker: int = Field(128, ge=0)
+    """Fair admission (gateway/turn/admission.py): chat turns in their active phase at once, per configured worker;
+    the others wait, ordered by least attained service per session within tenant weights (0: no limit, nothing
+    queued or shed)."""
+    admission_max_wait_s: float = Field(2.0, ge=0)
+    """The predicted queue wait past which a new turn is refused at once, 429 or 503 with `Retry-After` (0: never)."""
+    admission_half_life_s: float = Field(30.0, gt=0)
+    """The half-life of a session's attained service (tokens served) in the fair queue's order."""
     idempotency_retention_s: float = 86_400.0
     """How long an `Idempotency-Key` is remembered (a retry after that runs anew). It must outlast
     `upstream_read_timeout_s`, or a key could vanish under a running turn."""

@@ -8,6 +8,7 @@ import httpx
 from starlette.requests import Request
 
 from sessiongate import sessions
+from sessiongate.gateway.turn.admission import FairAdmission
 
 from .advisor import Advisor, WebhookVerifier
 from .api.tenancy import CacheSalts, KeyRing
@@ -37,6 +38,8 @@ class GatewayState:
     metrics: GatewayMetrics
     keys: KeyRing
     limits: TenantLimits
+    # The chat turns' fair queue and its bound (gateway/turn/admission.py).
+    admission: FairAdmission
     salts: CacheSalts
     router: Router
     advisor: Advisor

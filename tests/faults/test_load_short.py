@@ -18,3 +18,6 @@ def test_short_load_loses_nothing(tmp_path: Path) -> None:
     assert report.rows["sessions"] == 30
     assert report.latency_ms["p99"] > 0
     assert report.rss_mb
+    assert report.shed == {}  # 30 sessions are far from the admission's bound
+    assert report.fairness_turns["min_share_of_fair"] > 0
+    assert report.rss["end_mb"] > 0

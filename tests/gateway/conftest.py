@@ -41,12 +41,14 @@ class Gateway:
 
 
 @contextlib.asynccontextmanager
-async def running_gateway(tmp_path: Path, **settings: Any) -> AsyncIterator[Gateway]:
-    """The gateway in front of two fake workers, served on real sockets."""
+async def running_gateway(
+    tmp_path: Path, *, worker_names: tuple[str, ...] = WORKER_NAMES, **settings: Any
+) -> AsyncIterator[Gateway]:
+    """The gateway in front of fake workers (two unless `worker_names` says otherwise), served on real sockets."""
     shared_pool: list[tuple[str, ...]] = []
     # The tests' prompts are a few words: the workers load any pool hit, as `WorkerConfig(prefetch_threshold=1)`
     # would (SGLang's default threshold, 256 tokens, would hide every storage hit).
-    behaviours = {name: FakeWorkerBehaviour(pool=shared_pool, prefetch_threshold=1) for name in WORKER_NAMES}
+    behaviours = {name: FakeWorkerBehaviour(pool=shared_pool, prefetch_threshold=1) for name in worker_names}
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
     async with fake_workers(behaviours) as urls:
         options: dict[str, Any] = {

@@ -38,6 +38,7 @@ CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
 TURN_CHILDREN = {
     "sessiongate.admission",
+    "sessiongate.queue",
     "sessiongate.store.begin_turn",
     "sessiongate.route",
     "sessiongate.upstream",

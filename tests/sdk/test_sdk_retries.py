@@ -41,6 +41,23 @@ def test_429_retry_after_seconds_is_honoured(client: SessionGate, gateway: FakeG
     assert len(gateway.requests) == 2
 
 
+def test_a_shed_turns_503_retry_after_is_honoured_and_the_turn_sent_again(
+    client: SessionGate, gateway: FakeGateway, sleeps: list[float]
+) -> None:
+    # The gateway's admission sheds a turn with 503 gateway_saturated (or 429 fair_share_exceeded) and Retry-After.
+    session = client.sessions.create()
+    gateway.script(
+        gateway.error_response(503, "saturated", type_="service_unavailable", **{"retry-after": "3"}),
+        gateway.error_response(429, "over your share", type_="rate_limit_error", **{"retry-after": "1"}),
+    )
+    reply = session.chat(HI)
+    assert reply.content == gateway.default_reply
+    assert sleeps == [3.0, 1.0]
+    calls = gateway.calls()
+    assert len(calls) == 3
+    assert len({call.headers["idempotency-key"] for call in calls}) == 1  # the same turn each time
+
+
 def test_retry_after_ms_wins_and_long_retry_after_is_capped(
     client: SessionGate, gateway: FakeGateway, sleeps: list[float]
 ) -> None:

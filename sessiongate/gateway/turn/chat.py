@@ -32,6 +32,7 @@ from sessiongate.gateway.observability.tracing import NO_TURN, TurnTrace
 from sessiongate.gateway.state import GatewayState, gateway_state
 from sessiongate.sglang_ext.protocol import KEEP_HEADER, NO_KEEP_RID_PREFIX
 
+from .admission import FairSlot, estimate_cost
 from .assembly import attach_cache_details, result_from_response
 from .bounds import check_chat_bounds
 from .context import TurnContext, fail_turn, finish_turn, now, record_failure
@@ -124,13 +125,17 @@ async def chat_completions(request: Request) -> Response:
 
 @dataclass
 class _Guards:
-    """What a turn holds until it ends: its tenant's admission, and its idempotency key when it has one."""
+    """What a turn holds until it ends: its tenant's admission, its slot in the fair queue once it has one, and its
+    idempotency key when it has one."""
 
     admission: Admission
+    slot: FairSlot | None = None
     claim: Claim | None = None
 
     async def abandon(self) -> None:
         self.admission.release()
+        if self.slot is not None:
+            self.slot.release(0)
         if self.claim is not None:
             await self.claim.release()
 
@@ -144,7 +149,8 @@ async def _chat_turn(
     started: float,
     trace: TurnTrace,
 ) -> Response:
-    body = parse_json(await request.body())
+    raw = await request.body()
+    body = parse_json(raw)
     chat = validate_chat(body)
     check_chat_bounds(chat, state.settings)
     _refuse_gateway_params(body)
@@ -153,6 +159,11 @@ async def _chat_turn(
         session_id = await infer_session(state.store, tenant_id, body["messages"])
         session_id, source = (session_id, "inferred") if session_id is not None else (new_session_id(), "new")
     structlog.contextvars.bind_contextvars(session_id=session_id)
+    # The fair queue (gateway/turn/admission.py): waits for a slot, or refuses the turn at once; nothing is stored yet.
+    with trace.span("sessiongate.queue"):
+        guards.slot = await state.admission.enter(
+            tenant_id, session_id, estimate_cost(len(raw), chat.max_tokens or chat.max_completion_tokens)
+        )
     claim = await claim_idempotency(
         request,
         state.store,
@@ -163,6 +174,7 @@ async def _chat_turn(
     )
     if isinstance(claim, Response):
         guards.admission.release()
+        guards.slot.release(0)
         trace.end("replayed")
         return claim  # a retry of a finished request: its first answer
     guards.claim = claim
@@ -221,6 +233,7 @@ async def _chat_turn(
         client_wants_usage=bool((chat.stream_options or {}).get("include_usage")),
         client_wants_cache_report=bool(body.get("return_cached_tokens_details")),
         admission=guards.admission,
+        slot=guards.slot,
         idempotency=claim,
         trace=trace,
     )

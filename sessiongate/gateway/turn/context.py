@@ -19,6 +19,7 @@ from sessiongate.gateway.errors import WorkerUnreachable
 from sessiongate.gateway.observability.tracing import NO_TURN, TurnTrace
 from sessiongate.gateway.state import GatewayState
 
+from .admission import FairSlot
 from .assembly import TurnResult, as_dict
 from .idempotency import Claim, completion_body
 from .limits import Admission
@@ -52,6 +53,7 @@ class TurnContext:
         client_wants_usage: bool,
         client_wants_cache_report: bool,
         admission: Admission | None = None,
+        slot: FairSlot | None = None,
         idempotency: Claim | None = None,
         trace: TurnTrace = NO_TURN,
     ) -> None:
@@ -67,6 +69,7 @@ class TurnContext:
         self.client_wants_usage = client_wants_usage
         self.client_wants_cache_report = client_wants_cache_report
         self.admission = admission
+        self.slot = slot
         self.idempotency = idempotency
         self.trace = trace
 
@@ -87,8 +90,10 @@ async def finish_turn(ctx: TurnContext, result: TurnResult) -> None:
     state = ctx.state
     usage = result.usage or {}
     ctx.trace.upstream_end(usage=usage)
+    total = usage.get("total_tokens")
+    if ctx.slot is not None:  # the next waiting turn may start
+        ctx.slot.release(total if isinstance(total, int) else None)
     if ctx.admission is not None:
-        total = usage.get("total_tokens")
         await state.sharing.charge(ctx.admission, total if isinstance(total, int) else 0)
         ctx.admission.release()
     prompt_details = as_dict(usage.get("prompt_tokens_details"))
@@ -150,6 +155,8 @@ async def fail_turn(
 ) -> None:
     """Record a failed or cancelled turn. `used_tokens`: what the worker spent on it before it ended (a streamed
     turn cut short), charged to the tenant like a finished turn's usage."""
+    if ctx.slot is not None:
+        ctx.slot.release(used_tokens)
     if ctx.admission is not None:
         await ctx.state.sharing.charge(ctx.admission, used_tokens)
         ctx.admission.release()

@@ -1,0 +1,39 @@
+"""The fair queue's figures on `/metrics`, read from `FairAdmission` when scraped (nothing on the turn's path)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from sessiongate.gateway.turn.admission import FairAdmission
+
+__all__ = ["AdmissionCollector"]
+
+
+class AdmissionCollector(Collector):
+    def __init__(self, admission: FairAdmission) -> None:
+        self.admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        gate = self.admission
+        active = GaugeMetricFamily("sessiongate_admission_active", "Chat turns in their active phase.")
+        active.add_metric([], gate.active)
+        waiting = GaugeMetricFamily("sessiongate_admission_waiting", "Chat turns waiting in the fair queue.")
+        waiting.add_metric([], gate.waiting)
+        started = CounterMetricFamily("sessiongate_admission_started", "Chat turns admitted to their active phase.")
+        started.add_metric([], gate.started)
+        shed = CounterMetricFamily(
+            "sessiongate_admission_shed",
+            "Chat turns refused at once because their predicted wait passed the bound, by status (429: the tenant "
+            "over its fair share, 503: the gateway saturated).",
+            labels=["status"],
+        )
+        for status, count in sorted(gate.shed_counts.items()):
+            shed.add_metric([str(status)], count)
+        mean = GaugeMetricFamily(
+            "sessiongate_admission_mean_active_seconds", "Recent mean time a turn spends in its active phase."
+        )
+        mean.add_metric([], gate.mean_active_s or 0.0)
+        return [active, waiting, started, shed, mean]

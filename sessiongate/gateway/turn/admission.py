@@ -1,0 +1,486 @@
+"""Fair admission of chat turns: a bounded active phase, a queue ordered by least attained service, and shedding.
+
+Every chat turn (a `/v1/responses` turn is a chat turn inside) passes `FairAdmission.enter` once its body is read
+and its session known, before anything of it is written to the store. At most `max_active` turns are in their
+active phase at once (recorded, routed, sent to a worker, answered, recorded again); the others wait, and each
+free slot goes, in two steps, to:
+
+1. the tenant whose attained service divided by its weight is least, among the tenants with turns waiting;
+2. within it, the waiting turn with the least start tag: its session's attained service, at least the tag of the
+   last turn the tenant started (start-time fair queueing, whose virtual time this is) and at most two mean turn
+   costs past it (`TAG_SPAN_TURNS`), plus the estimated cost of the session's turns already queued or running. So a
+   session that floods turns interleaves with the others instead of going first (each of its turns goes one cost
+   further back), one turn in flight counts against its session's next, a session that comes back after a pause
+   goes ahead of the heavier ones but not of the turns already due, and a session that used far more than the
+   others (a long agent loop) waits behind about two rounds of theirs, not until they have caught up with it.
+
+Attained service is tokens (prompt + completion, as the worker reports them): a turn counts at its estimate while
+queued or running (against its session from its arrival, its tenant from its start) and at the real figure once it
+ends, decayed with a half-life: a session or tenant that was quiet comes back with a small figure and goes ahead of
+a long-running agent session; a new session starts at 0. Decay costs no pass over the entries: a charge made at
+time t is stored multiplied by 2^(t / half_life), so every stored figure decays by the same factor and their order
+holds (renormalised once the factor grows large). Idle sessions whose service decayed below a token, or is no more
+than their tenant's virtual time (a new session would get the same tag), are forgotten (`_sweep`), so memory
+follows the sessions active lately.
+
+A turn that cannot start at once has a predicted wait: the turns that would start before it (its tenant's
+waiting turns with a smaller tag, and what the other waiting tenants start meanwhile by weight) times the recent
+mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`ShedDecision`): 429
+`fair_share_exceeded` when its tenant holds more than its weighted share of the turns in the gateway (active and
+waiting), else 503 `gateway_saturated`, both with `Retry-After` (the predicted wait: by then the turns ahead of it
+have started). A turn already queued is never dropped, and a turn that was its session's only one when it came and
+has waited twice the bound starts ahead of the order (the oldest first): sessions coming back from a pause enter at
+the virtual time and could otherwise hold back a turn tagged just past it for as long as they keep coming. A
+session's further turns (a flood) get no such start: when they did, the flood's turns came in that way and took 8
+times their share.
+
+Advisory prefetches do not pass here: the advisor sends them to the workers itself (`advisor/`), so they never
+hold a slot nor stand ahead of a waiting turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sessiongate.gateway.errors import RateLimited, Saturated
+
+__all__ = ["AdmissionConfig", "FairAdmission", "FairSlot", "ShedDecision", "estimate_cost"]
+
+# Renormalise the stored figures once the decay factor passes 2**this (far below a float's range).
+_RENORMALISE_AFTER_HALF_LIVES = 256.0
+# A gateway left idle for longer than this many half-lives has everything decayed to nothing anyway.
+_MAX_EXPONENT = 1000.0
+# Weight of the newest active time (and turn cost) in the means (exponential moving averages over about 50 turns).
+_MEAN_WEIGHT = 0.02
+# A new turn's tag is at most this many mean turn costs past its tenant's virtual time: a session that used much more
+# than the others waits behind about that many rounds of theirs, not until they have caught up with it.
+TAG_SPAN_TURNS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """`max_active`: turns in their active phase at once (0: no limit, nothing queued or shed); `max_wait_s`: the
+    predicted wait past which a turn is shed (0: never); `half_life_s`: of the attained service's decay. The defaults
+    are the settings' (`GatewaySettings.admission_*`)."""
+
+    max_active: int
+    max_wait_s: float
+    half_life_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShedDecision:
+    """Why a turn was refused: its predicted wait, the bound, and whether its tenant is over its fair share."""
+
+    predicted_wait_s: float
+    max_wait_s: float
+    over_share: bool
+
+    @property
+    def retry_after_s(self) -> float:
+        """The predicted wait: by then the turns ahead have started (the excess over the bound alone brought 10,000
+        sessions back every second, a storm of retries that took the gateway's time)."""
+        return self.predicted_wait_s
+
+    def error(self) -> RateLimited | Saturated:
+        if self.over_share:
+            return RateLimited(
+                "The tenant holds more than its fair share of the gateway; retry later.",
+                retry_after_s=self.retry_after_s,
+                code="fair_share_exceeded",
+            )
+        return Saturated(
+            "The gateway is saturated: this turn would wait longer than allowed; retry later.",
+            retry_after_s=self.retry_after_s,
+        )
+
+
+def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
+    """A turn's tokens before the worker reports them: about 4 bytes of JSON a prompt token, plus the answer's
+    limit (256 when the request sets none)."""
+    return body_bytes // 4 + (max_tokens or 256)
+
+
+class _Session:
+    __slots__ = ("active", "pending", "service", "tenant_id", "waiting")
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+        self.service = 0.0  # scaled: the tokens its ended turns used (at least its tenant's virtual time, once queued)
+        self.pending = 0.0  # scaled: the estimates of its turns queued or running
+        self.waiting = 0
+        self.active = 0
+
+
+class _Tenant:
+    __slots__ = ("active", "queue", "served", "version", "virtual", "waiting", "weight")
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+        self.served = 0.0  # scaled: turns started (their estimates until they end)
+        self.virtual = 0.0  # scaled: the greatest tag started from the queue, the least a new turn's tag may be
+        self.queue: list[tuple[float, int, _Waiter]] = []  # (tag, seq, waiter), sorted
+        self.waiting = 0
+        self.active = 0
+        self.version = 0  # of its entry in the tenants' heap
+
+
+class _Waiter:
+    __slots__ = ("cost", "enqueued_at", "future", "seq", "session_id", "started_at", "tag", "tenant_id")
+
+    def __init__(self, tenant_id: str, session_id: str, cost: int, tag: float, seq: int, enqueued_at: float) -> None:
+        self.tenant_id = tenant_id
+        self.session_id = session_id
+        self.cost = cost
+        self.tag = tag
+        self.seq = seq
+        self.enqueued_at = enqueued_at
+        self.started_at = enqueued_at
+        self.future: asyncio.Future[None] | None = None
+
+
+class FairSlot:
+    """One turn's place in the active phase: `release(tokens)` when it ends (idempotent), with the tokens it
+    used, which replace the estimate it was charged."""
+
+    __slots__ = ("_admission", "_released", "charged_at", "cost", "session_id", "started_at", "tenant_id")
+
+    def __init__(
+        self,
+        admission: FairAdmission | None,
+        tenant_id: str,
+        session_id: str,
+        cost: int,
+        started_at: float,
+        charged_at: float,
+    ) -> None:
+        self._admission = admission
+        self._released = False
+        self.tenant_id = tenant_id
+        self.session_id = session_id
+        self.cost = cost
+        self.started_at = started_at
+        self.charged_at = charged_at  # when its estimate was charged to its session (its arrival)
+
+    def release(self, tokens: int | None = None) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self._admission is not None:
+            self._admission._release(self, self.cost if tokens is None else max(tokens, 0))
+
+
+class FairAdmission:
+    def __init__(
+        self,
+        config: AdmissionConfig,
+        *,
+        weight: Callable[[str], float] = lambda tenant_id: 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self._weight = weight
+        self._clock = clock
+        self._epoch = clock()
+        self._last_sweep = self._epoch
+        self._sessions: dict[str, _Session] = {}
+        self._tenants: dict[str, _Tenant] = {}
+        self._heap: list[tuple[float, int, int, str]] = []  # (served / weight, seq, version, tenant): waiting ones
+        self._backlogged: set[str] = set()  # tenants with turns waiting
+        # Waiters that were their session's only turn when they came, oldest first (finished ones skipped lazily).
+        self._arrivals: deque[_Waiter] = deque()
+        self._seq = itertools.count()
+        self.active = 0
+        self.waiting = 0
+        self._present_weight = 0.0  # sum of the weights of tenants with turns active or waiting
+        self.mean_active_s: float | None = None
+        self.mean_cost: float | None = None  # tokens a turn used, recently
+        self.shed_counts = {429: 0, 503: 0}
+        self.started = 0
+
+    # --- the turn's side -------------------------------------------------------------------------------------
+
+    async def enter(self, tenant_id: str, session_id: str, cost: int) -> FairSlot:
+        """Wait for the turn's slot; raise the shed error at once when the predicted wait passes the bound."""
+        if not self.config.max_active:
+            return FairSlot(None, tenant_id, session_id, cost, 0.0, 0.0)
+        now = self._clock()
+        self._maintain(now)
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = _Session(tenant_id)
+        tenant = self._tenant(tenant_id)
+        scale = self._scale(now)
+        tag = self._tag(tenant, session, scale)
+        if self.active < self.config.max_active and not self.waiting:
+            self._charge(tenant, session, cost, scale)
+            return self._start(tenant, tenant_id, session, session_id, cost, now)
+        waiter = _Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
+        decision = self.shed_decision(tenant_id, tag, waiter.seq)
+        if decision is not None:
+            self.shed_counts[429 if decision.over_share else 503] += 1
+            raise decision.error()
+        self._charge(tenant, session, cost, scale)
+        self._enqueue(tenant, session, waiter)
+        future = waiter.future = asyncio.get_running_loop().create_future()
+        try:
+            await future
+        except BaseException:
+            if future.done() and not future.cancelled():  # the slot was handed over as the wait was cancelled
+                self._release(FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now), 0)
+            else:
+                self._withdraw(waiter)
+            raise
+        return FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now)
+
+    def _tag(self, tenant: _Tenant, session: _Session, scale: float) -> float:
+        """A new turn's start tag: its session's service, at least the tenant's virtual time and at most
+        `TAG_SPAN_TURNS` mean turns past it, plus the estimates of its turns already queued or running."""
+        base = max(session.service, tenant.virtual)
+        if self.mean_cost is not None:
+            base = min(base, tenant.virtual + TAG_SPAN_TURNS * self.mean_cost * scale)
+        return base + session.pending
+
+    @staticmethod
+    def _charge(tenant: _Tenant, session: _Session, cost: int, scale: float) -> None:
+        # A session behind the virtual time is brought up to it (start-time fair queueing); one past the span keeps
+        # its service, so it stays behind until that decays.
+        session.service = max(session.service, tenant.virtual)
+        session.pending += cost * scale
+
+    def shed_decision(self, tenant_id: str, tag: float, seq: int) -> ShedDecision | None:
+        """The decision for a turn of `tenant_id` with start tag `tag` that cannot start at once (None: queue it)."""
+        if not self.config.max_wait_s or self.mean_active_s is None:
+            return None
+        predicted = self.predicted_wait_s(tenant_id, tag, seq)
+        if predicted <= self.config.max_wait_s:
+            return None
+        return ShedDecision(predicted, self.config.max_wait_s, self._over_share(tenant_id))
+
+    def predicted_wait_s(self, tenant_id: str, tag: float, seq: int) -> float:
+        """How long a turn with this tag would wait: the turns that would start before it, at the recent rate."""
+        if self.mean_active_s is None:
+            return 0.0
+        tenant = self._tenants.get(tenant_id)
+        own = bisect.bisect_left(tenant.queue, (tag, seq)) if tenant is not None else 0
+        weight = tenant.weight if tenant is not None else self._weight(tenant_id)
+        rounds = (own + 1) / weight
+        others = 0.0  # what the other waiting tenants start meanwhile, by weight
+        for other_id in self._backlogged:
+            if other_id != tenant_id:
+                other = self._tenants[other_id]
+                others += min(other.waiting, rounds * other.weight)
+        return (own + others + 1) * self.mean_active_s / self.config.max_active
+
+    def _over_share(self, tenant_id: str) -> bool:
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None or not self._present_weight:
+            return False
+        present = tenant.active + tenant.waiting
+        if not present:
+            return False
+        share = present / (self.active + self.waiting)
+        return share > tenant.weight / self._present_weight + 1e-9
+
+    # --- bookkeeping -----------------------------------------------------------------------------------------
+
+    def _tenant(self, tenant_id: str) -> _Tenant:
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None:
+            tenant = self._tenants[tenant_id] = _Tenant(max(self._weight(tenant_id), 1e-6))
+        return tenant
+
+    def _scale(self, at: float) -> float:
+        """The factor a charge made at `at` is stored with (capped far below a float's range)."""
+        return float(2.0 ** min((at - self._epoch) / self.config.half_life_s, _MAX_EXPONENT))
+
+    def _start(
+        self, tenant: _Tenant, tenant_id: str, session: _Session, session_id: str, cost: int, now: float
+    ) -> FairSlot:
+        self._count_in(tenant)
+        tenant.active += 1
+        session.active += 1
+        self.active += 1
+        self.started += 1
+        tenant.served += cost * self._scale(now)
+        return FairSlot(self, tenant_id, session_id, cost, now, now)
+
+    def _count_in(self, tenant: _Tenant) -> None:
+        if not tenant.active and not tenant.waiting:
+            self._present_weight += tenant.weight
+
+    def _count_out(self, tenant: _Tenant) -> None:
+        if not tenant.active and not tenant.waiting:
+            self._present_weight = max(self._present_weight - tenant.weight, 0.0)
+
+    def _enqueue(self, tenant: _Tenant, session: _Session, waiter: _Waiter) -> None:
+        if not session.active and not session.waiting:
+            self._arrivals.append(waiter)
+        self._count_in(tenant)
+        bisect.insort(tenant.queue, (waiter.tag, waiter.seq, waiter))
+        tenant.waiting += 1
+        session.waiting += 1
+        self.waiting += 1
+        if tenant.waiting == 1:
+            self._backlogged.add(waiter.tenant_id)
+            self._push(waiter.tenant_id, tenant)
+
+    def _push(self, tenant_id: str, tenant: _Tenant) -> None:
+        """(Re)place a waiting tenant in the heap at its current figure; older entries of it become stale."""
+        tenant.version += 1
+        heapq.heappush(self._heap, (tenant.served / tenant.weight, next(self._seq), tenant.version, tenant_id))
+        if len(self._heap) > 2 * len(self._backlogged) + 64:  # stale entries are dropped as they reach the top;
+            self._rebuild_heap()  # this bounds how many wait for that
+
+    def _rebuild_heap(self) -> None:
+        self._heap = []
+        for tenant_id in self._backlogged:
+            tenant = self._tenants[tenant_id]
+            tenant.version += 1
+            self._heap.append((tenant.served / tenant.weight, next(self._seq), tenant.version, tenant_id))
+        heapq.heapify(self._heap)
+
+    def _unqueue(self, waiter: _Waiter) -> tuple[_Tenant, _Session]:
+        """Take `waiter` out of its tenant's queue and the counts (it starts, or it left)."""
+        tenant = self._tenants[waiter.tenant_id]
+        session = self._sessions[waiter.session_id]
+        index = bisect.bisect_left(tenant.queue, (waiter.tag, waiter.seq))
+        del tenant.queue[index]
+        tenant.waiting -= 1
+        if not tenant.waiting:
+            self._backlogged.discard(waiter.tenant_id)
+        session.waiting -= 1
+        self.waiting -= 1
+        waiter.future = None
+        return tenant, session
+
+    def _withdraw(self, waiter: _Waiter) -> None:
+        """A waiting turn whose client went away: out of the queue, its estimate refunded to its session."""
+        if waiter.future is None:
+            return
+        tenant, session = self._unqueue(waiter)
+        self._settle(session, waiter.cost * self._scale(waiter.enqueued_at), 0.0)
+        self._count_out(tenant)
+        if tenant.waiting:
+            self._push(waiter.tenant_id, tenant)
+
+    @staticmethod
+    def _settle(session: _Session, estimate: float, used: float) -> None:
+        """A turn of `session` left: its estimate out of the pending figure, the tokens it used into its service."""
+        session.service += used
+        session.pending = max(session.pending - estimate, 0.0) if session.active or session.waiting else 0.0
+
+    def _release(self, slot: FairSlot, tokens: int) -> None:
+        now = self._clock()
+        tenant_id, started_at = slot.tenant_id, slot.started_at
+        tenant = self._tenants[tenant_id]
+        session = self._sessions[slot.session_id]
+        tenant.active -= 1
+        session.active -= 1
+        self.active -= 1
+        # At the scale of the charges, so that an estimate above the real figure never leaves less than nothing.
+        charge_scale = self._scale(slot.charged_at)
+        self._settle(session, slot.cost * charge_scale, tokens * charge_scale)
+        tenant.served = max(tenant.served + (tokens - slot.cost) * self._scale(started_at), 0.0)
+        self._count_out(tenant)
+        elapsed = max(now - started_at, 0.0)
+        mean = self.mean_active_s
+        self.mean_active_s = elapsed if mean is None else mean + _MEAN_WEIGHT * (elapsed - mean)
+        mean_cost = self.mean_cost
+        self.mean_cost = float(tokens) if mean_cost is None else mean_cost + _MEAN_WEIGHT * (tokens - mean_cost)
+        if tenant.waiting:
+            self._push(tenant_id, tenant)
+        self._dispatch(now)
+
+    def _dispatch(self, now: float) -> None:
+        """Hand free slots to the next waiting turns."""
+        while self.active < self.config.max_active and self.waiting:
+            waiter = self._next(now)
+            future = waiter.future
+            waiter.started_at = now
+            tenant, session = self._unqueue(waiter)
+            session.active += 1
+            tenant.active += 1
+            self.active += 1
+            self.started += 1
+            tenant.served += waiter.cost * self._scale(now)
+            tenant.virtual = max(tenant.virtual, waiter.tag)
+            if tenant.waiting:
+                self._push(waiter.tenant_id, tenant)
+            if future is not None and not future.done():
+                future.set_result(None)
+
+    def _next(self, now: float) -> _Waiter:
+        arrivals = self._arrivals
+        while arrivals and arrivals[0].future is None:
+            arrivals.popleft()
+        overdue_after = 2 * self.config.max_wait_s
+        if arrivals and overdue_after and now - arrivals[0].enqueued_at > overdue_after:
+            return arrivals.popleft()
+        while True:
+            _, _, version, tenant_id = heapq.heappop(self._heap)
+            tenant = self._tenants.get(tenant_id)
+            if tenant is not None and tenant.version == version and tenant.waiting:
+                tenant.version += 1  # its entry is spent; the caller pushes a new one if it still waits
+                return tenant.queue[0][2]
+
+    def _maintain(self, now: float) -> None:
+        if now - self._last_sweep >= self.config.half_life_s:
+            self._sweep(now)
+        if (now - self._epoch) / self.config.half_life_s > _RENORMALISE_AFTER_HALF_LIVES:
+            self._renormalise(now)
+
+    def _sweep(self, now: float) -> None:
+        """Forget idle sessions whose service decayed below a token or is no more than their tenant's virtual time
+        (a new session would get the same tag), and idle tenants whose service decayed below a token."""
+        self._last_sweep = now
+        floor = self._scale(now)
+        tenants = self._tenants
+        for sid in [
+            s
+            for s, e in self._sessions.items()
+            if not e.active and not e.waiting and (e.service < floor or self._at_frontier(e))
+        ]:
+            del self._sessions[sid]
+        for tid in [t for t, e in tenants.items() if not e.active and not e.waiting and e.served < floor]:
+            del tenants[tid]
+
+    def _at_frontier(self, session: _Session) -> bool:
+        tenant = self._tenants.get(session.tenant_id)
+        return tenant is not None and session.service <= tenant.virtual
+
+    def _renormalise(self, now: float) -> None:
+        """Divide every stored figure by the decay factor now, making now the epoch (the order is unchanged)."""
+        factor = self._scale(now)
+        for session in self._sessions.values():
+            session.service /= factor
+            session.pending /= factor
+        for tenant in self._tenants.values():
+            tenant.served /= factor
+            tenant.virtual /= factor
+            tenant.queue = [(tag / factor, seq, w) for tag, seq, w in tenant.queue]
+            for _, _, waiter in tenant.queue:
+                waiter.tag /= factor
+        # Times stored on waiters and slots stay absolute: the scale of a past charge is computed from them.
+        self._epoch = now
+        self._rebuild_heap()
+
+    def stats(self) -> dict[str, float | int]:
+        return {
+            "active": self.active,
+            "waiting": self.waiting,
+            "sessions": len(self._sessions),
+            "tenants": len(self._tenants),
+            "started": self.started,
+            "shed_429": self.shed_counts[429],
+            "shed_503": self.shed_counts[503],
+            "mean_active_s": self.mean_active_s if self.mean_active_s is not None else math.nan,
+        }
