@@ -23,10 +23,12 @@ Beliefs age, because other sessions evict them and the gateway does not see that
   on; an entry once pushed out stays out even if a later drop frees room, as in the worker.
   Conservative where sessions share a prefix (a system prompt is counted once per session here, once in the
   worker's radix tree) and where the worker evicts a context's tail first and keeps its prefix (the shadow drops
-  whole sessions): it may believe a session evicted a little early. Optimistic by the KV of running requests (their
-  new tokens are counted only when their turn ends) and by traffic it does not see: the shadow is this replica's
-  (other gateway replicas' turns on the same worker are not in it, and a session's observation copied from another
-  replica, `replace`, or from a forked parent ages by time instead).
+  whole sessions), and where the worker ranks KV above LRU order (a live advisory's prefetch, a `retain`), which
+  the shadow does not model: it may believe a session evicted too early. Optimistic by the KV of running requests
+  (a turn's new tokens and output are counted when it ends, but while it runs they evict the neighbours' KV: the
+  belief lags that by one turn) and by traffic it does not see: the shadow is this replica's (other gateway
+  replicas' turns on the same worker are not in it, and a session's observation copied from another replica,
+  `replace`, or from a forked parent ages by time instead).
 - **Time** (a worker with unknown capacities, no load report; or an observation the shadow does not hold): a device
   entry older than `device_ttl_s` is believed to be in the host tier, a host entry older than `host_ttl_s` is
   believed gone.
