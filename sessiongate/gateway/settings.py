@@ -163,9 +163,11 @@ class GatewaySettings(EnvSettings):
     advisor_tick_s: float = Field(0.05, ge=0.005, le=60)
     """How often the advisor fires scheduled advisories and settles expired ones: the timing error of a prefetch."""
     kv_device_ttl_s: float = 120.0
-    """Ageing of the KV belief: device entries older than this are believed demoted to host."""
+    """Ageing of the KV belief where a worker's capacities are unknown (no load report): device entries older than
+    this are believed demoted to host. With capacities the belief follows the worker's LRU tiers instead."""
     kv_host_ttl_s: float = 1800.0
-    """Ageing of the KV belief: host entries older than this are believed gone."""
+    """Ageing of the KV belief where a worker's capacities are unknown: host entries older than this are believed
+    gone. Also how long a session's belief is kept in the replicas' shared state."""
     webhook_secret: str = ""
     """Advisories (sessiongate/gateway/advisor): shared secret of the typing webhook (empty disables the webhook)."""
     advisory_ttl_s: float = 30.0

@@ -8,6 +8,8 @@ Nothing of the gateway's decision logic is re-implemented here. The wiring mirro
   builds it (`KVBelief.residency`, the prompt's tokens or the belief's context, whichever is larger; the prompt's
   text only for `cache_aware`, which matches on it), the policy's `choose` over `WorkerView`s, then
   `AdvisorBook.claim`; a turn after the first with no claim counts as missed;
+- the belief: `KVBelief` with each worker's device and host KV capacities (`set_capacity`; the gateway reads them
+  from the load reports), so a session other sessions' turns pushed out of a worker's LRU tiers is believed gone;
 - each finished turn: `KVBelief.after_turn` with the turn's cache report (tokens found on device, in host, in
   storage, and the storage backend when the system has a pool), then `settle` of the claim and
   `HintQuality.record`, as `Advisor.on_turn_end`;
@@ -214,6 +216,10 @@ class _Cluster:
             else make_policy(spec.policy, cost=cal.cost_model())
         )
         self.belief = KVBelief()
+        for worker in self.workers:  # the gateway reads them from each worker's load report
+            self.belief.set_capacity(
+                worker.id, device_tokens=cal.device_kv_tokens, host_tokens=cal.host_kv_tokens if spec.host_tier else 0
+            )
         self.book = AdvisorBook(ttl_s=ttl_s)
         self.quality = HintQuality()
         self.stats = AdvisoryStats()

@@ -6,7 +6,10 @@ advisor both ask `Router.choose`, so an advisory prefetch goes where the next re
 
 With replicas (`gateway.shared`, distributed) the KV belief of a session is copied to the shared state after each
 turn and finished prefetch (`publish_kv`) and read back before each turn (`load_kv`), so the replica serving a
-session's next turn knows what the replica that served the last one learned.
+session's next turn knows what the replica that served the last one learned. What is copied is the session's
+observations; each replica's shadow of the workers' LRU tiers (`KVBelief`'s capacity rule) holds only the turns it
+served, so an observation another replica made ages by time here, and a worker's pressure from other replicas'
+turns is not counted.
 """
 
 from __future__ import annotations
@@ -164,6 +167,13 @@ class Router:
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
         worker = self.pool.get(worker_id)
+        if worker is not None and worker.load is not None:
+            # The capacities the belief counts the worker's LRU tiers against (a worker without a report: by time).
+            self.belief.set_capacity(
+                worker_id,
+                device_tokens=worker.load.device_kv_tokens_total,
+                host_tokens=worker.load.host_kv_tokens_total,
+            )
         self.belief.after_turn(
             session_id,
             worker_id,
