@@ -23,20 +23,15 @@ holds (renormalised once the factor grows large). Idle sessions whose service de
 than their tenant's virtual time (a new session would get the same tag), are forgotten (`_sweep`), so memory
 follows the sessions active lately.
 
-A turn that cannot start at once has a predicted wait: the turns that would start before it (its tenant's
-waiting turns with a smaller tag, and what the other waiting tenants start meanwhile by weight) times the recent
-mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`ShedDecision`): 429
-`fair_share_exceeded` when its tenant holds more than its weighted share of the turns in the gateway (active and
-waiting), else 503 `gateway_saturated`, both with `Retry-After` (the predicted wait: by then the turns ahead of it
-have started). A turn already queued is never dropped, and a turn that was its session's only one when it came and
-has waited twice the bound starts ahead of the order (the oldest first): sessions coming back from a pause enter at
+A turn predicted to wait past `max_wait_s` is refused at once (`admission_parts.ShedDecision`: 429 or 503). A turn
+already queued is never dropped, and a turn that was its session's only one when it came and has waited twice the
+bound starts ahead of the order (the oldest first): sessions coming back from a pause enter at
 the virtual time and could otherwise hold back a turn tagged just past it for as long as they keep coming. A
 session's further turns (a flood) get no such start: when they did, the flood's turns came in that way and took 8
 times their share.
 
-Advisory prefetches do not pass here: the advisor sends them to the workers itself (`advisor/`), so they never
-hold a slot nor stand ahead of a waiting turn.
-"""
+Advisory prefetches never pass here (the advisor sends them itself): they hold no slot, stand ahead of no turn.
+Value types and per-session records: `admission_parts`."""
 
 from __future__ import annotations
 
@@ -48,9 +43,8 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from sessiongate.gateway.errors import RateLimited, Saturated
+from .admission_parts import AdmissionConfig, SessionRecord, ShedDecision, TenantRecord, Waiter, estimate_cost
 
 __all__ = ["AdmissionConfig", "FairAdmission", "FairSlot", "ShedDecision", "estimate_cost"]
 
@@ -63,88 +57,6 @@ _MEAN_WEIGHT = 0.02
 # A new turn's tag is at most this many mean turn costs past its tenant's virtual time: a session that used much more
 # than the others waits behind about that many rounds of theirs, not until they have caught up with it.
 TAG_SPAN_TURNS = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionConfig:
-    """`max_active`: turns in their active phase at once (0: no limit, nothing queued or shed); `max_wait_s`: the
-    predicted wait past which a turn is shed (0: never); `half_life_s`: of the attained service's decay. The defaults
-    are the settings' (`GatewaySettings.admission_*`)."""
-
-    max_active: int
-    max_wait_s: float
-    half_life_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class ShedDecision:
-    """Why a turn was refused: its predicted wait, the bound, and whether its tenant is over its fair share."""
-
-    predicted_wait_s: float
-    max_wait_s: float
-    over_share: bool
-
-    @property
-    def retry_after_s(self) -> float:
-        """The predicted wait: by then the turns ahead have started (the excess over the bound alone brought 10,000
-        sessions back every second, a storm of retries that took the gateway's time)."""
-        return self.predicted_wait_s
-
-    def error(self) -> RateLimited | Saturated:
-        if self.over_share:
-            return RateLimited(
-                "The tenant holds more than its fair share of the gateway; retry later.",
-                retry_after_s=self.retry_after_s,
-                code="fair_share_exceeded",
-            )
-        return Saturated(
-            "The gateway is saturated: this turn would wait longer than allowed; retry later.",
-            retry_after_s=self.retry_after_s,
-        )
-
-
-def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
-    """A turn's tokens before the worker reports them: about 4 bytes of JSON a prompt token, plus the answer's
-    limit (256 when the request sets none)."""
-    return body_bytes // 4 + (max_tokens or 256)
-
-
-class _Session:
-    __slots__ = ("active", "pending", "service", "tenant_id", "waiting")
-
-    def __init__(self, tenant_id: str) -> None:
-        self.tenant_id = tenant_id
-        self.service = 0.0  # scaled: the tokens its ended turns used (at least its tenant's virtual time, once queued)
-        self.pending = 0.0  # scaled: the estimates of its turns queued or running
-        self.waiting = 0
-        self.active = 0
-
-
-class _Tenant:
-    __slots__ = ("active", "queue", "served", "version", "virtual", "waiting", "weight")
-
-    def __init__(self, weight: float) -> None:
-        self.weight = weight
-        self.served = 0.0  # scaled: turns started (their estimates until they end)
-        self.virtual = 0.0  # scaled: the greatest tag started from the queue, the least a new turn's tag may be
-        self.queue: list[tuple[float, int, _Waiter]] = []  # (tag, seq, waiter), sorted
-        self.waiting = 0
-        self.active = 0
-        self.version = 0  # of its entry in the tenants' heap
-
-
-class _Waiter:
-    __slots__ = ("cost", "enqueued_at", "future", "seq", "session_id", "started_at", "tag", "tenant_id")
-
-    def __init__(self, tenant_id: str, session_id: str, cost: int, tag: float, seq: int, enqueued_at: float) -> None:
-        self.tenant_id = tenant_id
-        self.session_id = session_id
-        self.cost = cost
-        self.tag = tag
-        self.seq = seq
-        self.enqueued_at = enqueued_at
-        self.started_at = enqueued_at
-        self.future: asyncio.Future[None] | None = None
 
 
 class FairSlot:
@@ -191,12 +103,12 @@ class FairAdmission:
         self._clock = clock
         self._epoch = clock()
         self._last_sweep = self._epoch
-        self._sessions: dict[str, _Session] = {}
-        self._tenants: dict[str, _Tenant] = {}
+        self._sessions: dict[str, SessionRecord] = {}
+        self._tenants: dict[str, TenantRecord] = {}
         self._heap: list[tuple[float, int, int, str]] = []  # (served / weight, seq, version, tenant): waiting ones
         self._backlogged: set[str] = set()  # tenants with turns waiting
         # Waiters that were their session's only turn when they came, oldest first (finished ones skipped lazily).
-        self._arrivals: deque[_Waiter] = deque()
+        self._arrivals: deque[Waiter] = deque()
         self._seq = itertools.count()
         self.active = 0
         self.waiting = 0
@@ -216,14 +128,14 @@ class FairAdmission:
         self._maintain(now)
         session = self._sessions.get(session_id)
         if session is None:
-            session = self._sessions[session_id] = _Session(tenant_id)
+            session = self._sessions[session_id] = SessionRecord(tenant_id)
         tenant = self._tenant(tenant_id)
         scale = self._scale(now)
         tag = self._tag(tenant, session, scale)
         if self.active < self.config.max_active and not self.waiting:
             self._charge(tenant, session, cost, scale)
             return self._start(tenant, tenant_id, session, session_id, cost, now)
-        waiter = _Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
+        waiter = Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
         decision = self.shed_decision(tenant_id, tag, waiter.seq)
         if decision is not None:
             self.shed_counts[429 if decision.over_share else 503] += 1
@@ -241,7 +153,7 @@ class FairAdmission:
             raise
         return FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now)
 
-    def _tag(self, tenant: _Tenant, session: _Session, scale: float) -> float:
+    def _tag(self, tenant: TenantRecord, session: SessionRecord, scale: float) -> float:
         """A new turn's start tag: its session's service, at least the tenant's virtual time and at most
         `TAG_SPAN_TURNS` mean turns past it, plus the estimates of its turns already queued or running."""
         base = max(session.service, tenant.virtual)
@@ -250,7 +162,7 @@ class FairAdmission:
         return base + session.pending
 
     @staticmethod
-    def _charge(tenant: _Tenant, session: _Session, cost: int, scale: float) -> None:
+    def _charge(tenant: TenantRecord, session: SessionRecord, cost: int, scale: float) -> None:
         # A session behind the virtual time is brought up to it (start-time fair queueing); one past the span keeps
         # its service, so it stays behind until that decays.
         session.service = max(session.service, tenant.virtual)
@@ -292,10 +204,10 @@ class FairAdmission:
 
     # --- bookkeeping -----------------------------------------------------------------------------------------
 
-    def _tenant(self, tenant_id: str) -> _Tenant:
+    def _tenant(self, tenant_id: str) -> TenantRecord:
         tenant = self._tenants.get(tenant_id)
         if tenant is None:
-            tenant = self._tenants[tenant_id] = _Tenant(max(self._weight(tenant_id), 1e-6))
+            tenant = self._tenants[tenant_id] = TenantRecord(max(self._weight(tenant_id), 1e-6))
         return tenant
 
     def _scale(self, at: float) -> float:
@@ -303,7 +215,7 @@ class FairAdmission:
         return float(2.0 ** min((at - self._epoch) / self.config.half_life_s, _MAX_EXPONENT))
 
     def _start(
-        self, tenant: _Tenant, tenant_id: str, session: _Session, session_id: str, cost: int, now: float
+        self, tenant: TenantRecord, tenant_id: str, session: SessionRecord, session_id: str, cost: int, now: float
     ) -> FairSlot:
         self._count_in(tenant)
         tenant.active += 1
@@ -313,15 +225,15 @@ class FairAdmission:
         tenant.served += cost * self._scale(now)
         return FairSlot(self, tenant_id, session_id, cost, now, now)
 
-    def _count_in(self, tenant: _Tenant) -> None:
+    def _count_in(self, tenant: TenantRecord) -> None:
         if not tenant.active and not tenant.waiting:
             self._present_weight += tenant.weight
 
-    def _count_out(self, tenant: _Tenant) -> None:
+    def _count_out(self, tenant: TenantRecord) -> None:
         if not tenant.active and not tenant.waiting:
             self._present_weight = max(self._present_weight - tenant.weight, 0.0)
 
-    def _enqueue(self, tenant: _Tenant, session: _Session, waiter: _Waiter) -> None:
+    def _enqueue(self, tenant: TenantRecord, session: SessionRecord, waiter: Waiter) -> None:
         if not session.active and not session.waiting:
             self._arrivals.append(waiter)
         self._count_in(tenant)
@@ -333,7 +245,7 @@ class FairAdmission:
             self._backlogged.add(waiter.tenant_id)
             self._push(waiter.tenant_id, tenant)
 
-    def _push(self, tenant_id: str, tenant: _Tenant) -> None:
+    def _push(self, tenant_id: str, tenant: TenantRecord) -> None:
         """(Re)place a waiting tenant in the heap at its current figure; older entries of it become stale."""
         tenant.version += 1
         heapq.heappush(self._heap, (tenant.served / tenant.weight, next(self._seq), tenant.version, tenant_id))
@@ -348,7 +260,7 @@ class FairAdmission:
             self._heap.append((tenant.served / tenant.weight, next(self._seq), tenant.version, tenant_id))
         heapq.heapify(self._heap)
 
-    def _unqueue(self, waiter: _Waiter) -> tuple[_Tenant, _Session]:
+    def _unqueue(self, waiter: Waiter) -> tuple[TenantRecord, SessionRecord]:
         """Take `waiter` out of its tenant's queue and the counts (it starts, or it left)."""
         tenant = self._tenants[waiter.tenant_id]
         session = self._sessions[waiter.session_id]
@@ -362,7 +274,7 @@ class FairAdmission:
         waiter.future = None
         return tenant, session
 
-    def _withdraw(self, waiter: _Waiter) -> None:
+    def _withdraw(self, waiter: Waiter) -> None:
         """A waiting turn whose client went away: out of the queue, its estimate refunded to its session."""
         if waiter.future is None:
             return
@@ -373,7 +285,7 @@ class FairAdmission:
             self._push(waiter.tenant_id, tenant)
 
     @staticmethod
-    def _settle(session: _Session, estimate: float, used: float) -> None:
+    def _settle(session: SessionRecord, estimate: float, used: float) -> None:
         """A turn of `session` left: its estimate out of the pending figure, the tokens it used into its service."""
         session.service += used
         session.pending = max(session.pending - estimate, 0.0) if session.active or session.waiting else 0.0
@@ -418,7 +330,7 @@ class FairAdmission:
             if future is not None and not future.done():
                 future.set_result(None)
 
-    def _next(self, now: float) -> _Waiter:
+    def _next(self, now: float) -> Waiter:
         arrivals = self._arrivals
         while arrivals and arrivals[0].future is None:
             arrivals.popleft()
@@ -453,7 +365,7 @@ class FairAdmission:
         for tid in [t for t, e in tenants.items() if not e.active and not e.waiting and e.served < floor]:
             del tenants[tid]
 
-    def _at_frontier(self, session: _Session) -> bool:
+    def _at_frontier(self, session: SessionRecord) -> bool:
         tenant = self._tenants.get(session.tenant_id)
         return tenant is not None and session.service <= tenant.virtual
 

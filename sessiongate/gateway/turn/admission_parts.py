@@ -1,0 +1,101 @@
+"""The fair queue's parts (`admission`): its configuration, a turn's cost before the worker reports it, the refusal
+of a turn predicted to wait too long, and the records the queue keeps per session, tenant and waiting turn.
+
+A turn that cannot start at once has a predicted wait: the turns that would start before it (its tenant's
+waiting turns with a smaller tag, and what the other waiting tenants start meanwhile by weight) times the recent
+mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`ShedDecision`): 429
+`fair_share_exceeded` when its tenant holds more than its weighted share of the turns in the gateway (active and
+waiting), else 503 `gateway_saturated`, both with `Retry-After` (the predicted wait: by then the turns ahead of it
+have started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from sessiongate.gateway.errors import RateLimited, Saturated
+
+__all__ = ["AdmissionConfig", "SessionRecord", "ShedDecision", "TenantRecord", "Waiter", "estimate_cost"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """`max_active`: turns in their active phase at once (0: no limit, nothing queued or shed); `max_wait_s`: the
+    predicted wait past which a turn is shed (0: never); `half_life_s`: of the attained service's decay. The defaults
+    are the settings' (`GatewaySettings.admission_*`)."""
+
+    max_active: int
+    max_wait_s: float
+    half_life_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShedDecision:
+    """Why a turn was refused: its predicted wait, the bound, and whether its tenant is over its fair share."""
+
+    predicted_wait_s: float
+    max_wait_s: float
+    over_share: bool
+
+    @property
+    def retry_after_s(self) -> float:
+        """The predicted wait: by then the turns ahead have started (the excess over the bound alone brought 10,000
+        sessions back every second, a storm of retries that took the gateway's time)."""
+        return self.predicted_wait_s
+
+    def error(self) -> RateLimited | Saturated:
+        if self.over_share:
+            return RateLimited(
+                "The tenant holds more than its fair share of the gateway; retry later.",
+                retry_after_s=self.retry_after_s,
+                code="fair_share_exceeded",
+            )
+        return Saturated(
+            "The gateway is saturated: this turn would wait longer than allowed; retry later.",
+            retry_after_s=self.retry_after_s,
+        )
+
+
+def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
+    """A turn's tokens before the worker reports them: about 4 bytes of JSON a prompt token, plus the answer's
+    limit (256 when the request sets none)."""
+    return body_bytes // 4 + (max_tokens or 256)
+
+
+class SessionRecord:
+    __slots__ = ("active", "pending", "service", "tenant_id", "waiting")
+
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
+        self.service = 0.0  # scaled: the tokens its ended turns used (at least its tenant's virtual time, once queued)
+        self.pending = 0.0  # scaled: the estimates of its turns queued or running
+        self.waiting = 0
+        self.active = 0
+
+
+class TenantRecord:
+    __slots__ = ("active", "queue", "served", "version", "virtual", "waiting", "weight")
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+        self.served = 0.0  # scaled: turns started (their estimates until they end)
+        self.virtual = 0.0  # scaled: the greatest tag started from the queue, the least a new turn's tag may be
+        self.queue: list[tuple[float, int, Waiter]] = []  # (tag, seq, waiter), sorted
+        self.waiting = 0
+        self.active = 0
+        self.version = 0  # of its entry in the tenants' heap
+
+
+class Waiter:
+    __slots__ = ("cost", "enqueued_at", "future", "seq", "session_id", "started_at", "tag", "tenant_id")
+
+    def __init__(self, tenant_id: str, session_id: str, cost: int, tag: float, seq: int, enqueued_at: float) -> None:
+        self.tenant_id = tenant_id
+        self.session_id = session_id
+        self.cost = cost
+        self.tag = tag
+        self.seq = seq
+        self.enqueued_at = enqueued_at
+        self.started_at = enqueued_at
+        self.future: asyncio.Future[None] | None = None
