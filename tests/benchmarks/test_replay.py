@@ -47,7 +47,9 @@ async def test_replay_through_the_gateway_extends_each_prompt(
     tmp_path: Path, open_gateway: Callable[..., Any], stack: contextlib.AsyncExitStack
 ) -> None:
     pool: list[tuple[str, ...]] = []
-    workers = {"worker-a": FakeWorkerBehaviour(pool=pool), "worker-b": FakeWorkerBehaviour(pool=pool)}
+    # The prompts are a few dozen tokens: the workers load any pool hit, as `WorkerConfig(prefetch_threshold=1)` would
+    # (SGLang's default, 256 tokens, hides every storage hit: a turn routed to the other worker then found nothing).
+    workers = {name: FakeWorkerBehaviour(pool=pool, prefetch_threshold=1) for name in ("worker-a", "worker-b")}
     urls = await stack.enter_async_context(fake_workers(workers))
     settings = GatewaySettings(
         workers=tuple(urls.values()),
