@@ -20,23 +20,15 @@ import pytest
 
 from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, served_model_name, start_worker
-from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.mooncake import MasterConfig, MooncakeMaster, start_master
 from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport
 from sessiongate.sglang_ext.worker_process import stop_all
 
-from .conftest import answer, chat, long_system_prompt, prefetch, wait_finished
+from .conftest import answer, chat, long_system_prompt, prefetch, require_mooncake, wait_finished
 
 pytestmark = pytest.mark.engine
 
-_UNAVAILABLE = mooncake_unavailable()
-if _UNAVAILABLE is not None:
-    _WHY = (
-        f"the Mooncake Store client does not import here ({_UNAVAILABLE}); scripts/setup.sh installs it "
-        "(the `mooncake` extra) and scripts/ensure-mooncake-libs.sh its system libraries"
-    )
-    if os.environ.get("SESSIONGATE_REQUIRE_MOONCAKE") == "1":
-        pytest.fail(_WHY, pytrace=False)
-    pytest.skip(_WHY, allow_module_level=True)
+require_mooncake()
 
 READY_TIMEOUT = 300.0
 PAGE = 64  # WorkerConfig.page_size

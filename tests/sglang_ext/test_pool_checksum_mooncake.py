@@ -16,17 +16,11 @@ from typing import Any
 
 import pytest
 
-from sessiongate.sglang_ext.mooncake import MasterConfig, mooncake_unavailable, start_master
+from sessiongate.sglang_ext.mooncake import MasterConfig, start_master
 
-_UNAVAILABLE = mooncake_unavailable()
-if _UNAVAILABLE is not None:
-    _WHY = (
-        f"the Mooncake Store client does not import here ({_UNAVAILABLE}); scripts/setup.sh installs it "
-        "(the `mooncake` extra) and scripts/ensure-mooncake-libs.sh its system libraries"
-    )
-    if os.environ.get("SESSIONGATE_REQUIRE_MOONCAKE") == "1":
-        pytest.fail(_WHY, pytrace=False)
-    pytest.skip(_WHY, allow_module_level=True)
+from .conftest import require_mooncake
+
+require_mooncake()
 
 HALF_PAGE = 64 * 256  # the K (or V) half of a page of 64 tokens
 PAGES = 8
