@@ -20,6 +20,7 @@ __all__ = [
     "Page",
     "ResponseRecord",
     "SessionRecord",
+    "StoreHealth",
     "TenantRecord",
     "ToolCallRecord",
     "TurnAdvisory",
@@ -53,6 +54,18 @@ class ResponseRecord:
     input_items: list[dict[str, Any]]
     body: dict[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreHealth:
+    """How this process's calls to the database fare, for `/metrics`: a database that stopped answering shows in
+    `oldest_call_s` at once, seconds before any call times out."""
+
+    calls_in_flight: int
+    oldest_call_s: float
+    """How long the oldest call still waiting for the database has waited; 0 with none in flight."""
+    unavailable: int
+    """Calls that failed with `StoreUnavailable` since the store was made."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +55,43 @@ async def test_metrics_count_turns_and_cached_prompt_tokens(gateway: Gateway) ->
     assert samples['sessiongate_prompt_tokens_total{source="device"}'] > 0
     assert samples[f'sessiongate_worker_healthy{{worker="{gateway.ids["worker-a"]}"}}'] == 1
     assert samples['sessiongate_http_requests_total{route="/v1/chat/completions",status="200"}'] == 2
+
+
+def scrape(text: str) -> dict[str, float]:
+    return {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and not line.startswith("#")
+    }
+
+
+async def test_metrics_show_a_store_call_stuck_and_the_calls_it_refused(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = gateway.state.store
+    idle = scrape((await gateway.client.get("/metrics")).text)
+    assert idle["sessiongate_store_calls_in_flight"] == 0
+    assert idle["sessiongate_store_oldest_call_seconds"] == 0
+    assert idle["sessiongate_store_unavailable_total"] == 0
+    # The database stops answering: a turn's first store call waits in the store's own transaction code.
+    lock = store._write_lock
+    assert lock is not None
+    async with lock:
+        stuck = asyncio.create_task(
+            gateway.client.post(
+                "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": "hi"}]},
+                headers={"X-Session-Id": "s"},
+            )
+        )
+        await asyncio.sleep(0.3)
+        waiting = scrape((await gateway.client.get("/metrics")).text)
+        assert waiting["sessiongate_store_calls_in_flight"] >= 1
+        assert waiting["sessiongate_store_oldest_call_seconds"] >= 0.25
+    assert (await stuck).status_code == 200
+    # Calls that fail as unavailable are counted, once each, across scrapes.
+    counted = store.health()
+    monkeypatch.setattr(store, "health", lambda: dataclasses.replace(counted, unavailable=counted.unavailable + 3))
+    assert scrape((await gateway.client.get("/metrics")).text)["sessiongate_store_unavailable_total"] == 3
+    assert scrape((await gateway.client.get("/metrics")).text)["sessiongate_store_unavailable_total"] == 3
 
 
 async def test_session_api(gateway: Gateway) -> None:

@@ -65,3 +65,41 @@ async def test_unreachable_database_is_store_unavailable(kind: str, tmp_path: Pa
 async def test_upgrade_of_an_unreachable_database_is_store_unavailable(kind: str, tmp_path: Path) -> None:
     with pytest.raises(StoreUnavailable):
         await upgrade(unreachable_url(kind, tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+async def test_health_counts_the_calls_that_found_the_database_unavailable(kind: str, tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    store = SqlSessionStore(create_engine(unreachable_url(kind, tmp_path)))
+    try:
+        assert store.health().unavailable == 0
+        for call in CALLS:
+            with pytest.raises(StoreUnavailable):
+                await call(store)
+        health = store.health()
+        assert health.unavailable == len(CALLS)
+        assert (health.calls_in_flight, health.oldest_call_s) == (0, 0.0)  # each failed call left
+    finally:
+        await store.close()
+        await _join_aiosqlite_threads(before)
+
+
+async def test_health_shows_a_call_waiting_and_for_how_long(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}"
+    await upgrade(url)
+    store = SqlSessionStore(create_engine(url))
+    try:
+        # A writer waits for this process's SQLite write lock, as it would for a database that does not answer.
+        lock = store._write_lock
+        assert lock is not None
+        async with lock:
+            waiting = asyncio.create_task(store.create_session())
+            await asyncio.sleep(0.3)
+            health = store.health()
+            assert health.calls_in_flight == 1
+            assert 0.25 <= health.oldest_call_s < 5
+        await waiting
+        assert store.health().calls_in_flight == 0
+        assert store.health().unavailable == 0
+    finally:
+        await store.close()

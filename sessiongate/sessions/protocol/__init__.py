@@ -7,12 +7,14 @@ session. Datetimes must be timezone-aware (naive ones raise `ValueError`); the s
 `SessionStore` is composed of one Protocol per aggregate, each usable alone where a caller needs only that part:
 `sessions.py` (`SessionsStore`, `ForksStore`, `PrefixBreaksStore`, `ResponsesStore`), `turns.py` (`TurnsStore`,
 `ToolCallsStore`, `AdvisoriesStore`) and `tenancy.py` (`WorkersStore`, `ApiKeysStore`, `TenantsStore`,
-`IdempotencyStore`, `InstancesStore`); the store's lifecycle (`ping`, `close`) is here.
+`IdempotencyStore`, `InstancesStore`); the store's lifecycle (`ping`, `health`, `close`) is here.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+from sessiongate.sessions.records import StoreHealth
 
 from .sessions import ForksStore, PrefixBreaksStore, ResponsesStore, SessionsStore
 from .tenancy import ApiKeysStore, IdempotencyStore, InstancesStore, TenantsStore, WorkersStore
@@ -52,6 +54,10 @@ class SessionStore(
 ):
     async def ping(self) -> None:
         """A cheap round trip to the database; `StoreUnavailable` if it does not answer."""
+        ...
+
+    def health(self) -> StoreHealth:
+        """The calls in flight now, the oldest one's wait, and the calls failed as unavailable (no I/O)."""
         ...
 
     async def close(self) -> None: ...

@@ -10,6 +10,8 @@ chat turn run as one step (`_per_request`: the group commit on an SQLite file, `
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -21,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, a
 from sessiongate.sessions import _convert as cv
 from sessiongate.sessions.database import sqlite_file_engine
 from sessiongate.sessions.errors import StoreError, StoreUnavailable, is_unavailable
+from sessiongate.sessions.records import StoreHealth
 from sessiongate.sessions.turn_write import GroupCommitter, StoreMemory
 
 __all__ = ["StoreTransactions", "store_error"]
@@ -40,6 +43,11 @@ class StoreTransactions:
         self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         self._clock = clock
         self._memory = StoreMemory()
+        # Start times of the calls waiting for the database (insertion order: the first is the oldest) and the
+        # calls that failed as unavailable: `health()`, read by /metrics.
+        self._calls_started: dict[int, float] = {}
+        self._call_ids = itertools.count()
+        self._unavailable = 0
         # SQLite admits one writer at a time and makes the others poll with growing sleeps until its busy timeout,
         # which under a few dozen concurrent turns gives long tails and then "database is locked". Queueing this
         # process's writers on a lock instead hands the file over in order and at once; readers never wait (WAL).
@@ -65,13 +73,27 @@ class StoreTransactions:
 
     @asynccontextmanager
     async def _store_errors(self) -> AsyncIterator[None]:
+        call = next(self._call_ids)
+        self._calls_started[call] = time.monotonic()
         try:
             yield
         except Exception as exc:
             translated = store_error(exc)
+            if isinstance(translated, StoreUnavailable):
+                self._unavailable += 1
             if translated is exc:
                 raise
             raise translated from exc
+        finally:
+            del self._calls_started[call]
+
+    def health(self) -> StoreHealth:
+        oldest = next(iter(self._calls_started.values()), None)
+        return StoreHealth(
+            calls_in_flight=len(self._calls_started),
+            oldest_call_s=0.0 if oldest is None else time.monotonic() - oldest,
+            unavailable=self._unavailable,
+        )
 
     @asynccontextmanager
     async def _writer_turn(self, write: bool) -> AsyncIterator[None]:
@@ -106,7 +128,8 @@ class StoreTransactions:
         # With at most one turn in flight here (a turn's own at its end, one other at a turn's start), no other
         # write is coming to share the batch: it commits at once.
         alone = self._memory.turns_in_flight() <= 1
-        return await self._group_commit.run(lambda conn: work(conn, *args, **kwargs), alone=alone)
+        async with self._store_errors():  # already translated by the group commit: here for `health()`
+            return await self._group_commit.run(lambda conn: work(conn, *args, **kwargs), alone=alone)
 
     # lifecycle
 
