@@ -4,7 +4,8 @@
 the parts in them with `ip netns exec`, each bound to its node's address, none to loopback:
 
     gw1, gw2   `sessiongate serve` replicas sharing the store and Redis (port 8000)
-    wk1, wk2   `sessiongate worker`: real SGLang CPU workers, the tiny model, the Mooncake pool (port 30000)
+    wk1, wk2   `sessiongate worker`: real SGLang CPU workers (the tiny model unless `model_size` says otherwise),
+               the Mooncake pool (port 30000)
     pg         PostgreSQL (a throwaway cluster: initdb, pg_ctl; port 5432)
     rd         redis-server (port 6379, nothing saved)
     mc         the Mooncake master and one storage node lending the pool's memory; its link runs through
@@ -197,12 +198,17 @@ class NetnsCluster:
         gateway_env: Mapping[str, str] | None = None,
         pool_bytes: int = 256 << 20,
         python: str | None = None,
+        model_size: str = "tiny",
+        worker_args: tuple[str, ...] = (),
     ) -> None:
         self.net = ClusterNetwork(name)
         self.root = root
         self.python = python or sys.executable
         self.pool_bytes = pool_bytes
         self.gateway_env = dict(gateway_env or {})
+        self.model_size = model_size
+        self.worker_args = worker_args
+        """More `sessiongate worker` options for both workers, e.g. `--prefetch-threshold 64`."""
         self.processes: dict[str, ManagedProcess] = {}
         self.master: MooncakeMaster | None = None
         self.storage: StorageNode | None = None
@@ -303,6 +309,7 @@ class NetnsCluster:
         address = self.net.address(role)
         argv = [self.python, "-m", "sessiongate.cli", "worker", "--host", address, "--port", str(WORKER_PORT)]
         argv += ["--state-dir", str(self.root / role), "--cpu-threads", "1", "--log-level", "warning"]
+        argv += ["--model-size", self.model_size, *self.worker_args]
         argv += ["--storage-backend", "mooncake", "--mooncake-master", master.config.master_address]
         argv += ["--mooncake-metadata-server", master.config.metadata_server, "--mooncake-segment-bytes", "0"]
         argv += ["--mooncake-local-hostname", address, "--log-file", str(self.root / f"{role}-sglang.log")]

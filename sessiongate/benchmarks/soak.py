@@ -1,18 +1,27 @@
 """Soak: the network-namespace cluster under steady load for N minutes, one fault injected every minute.
 
-The cluster is `benchmarks.netns_cluster` (two gateway replicas, two real SGLang CPU workers with the tiny model,
-PostgreSQL, Redis, the Mooncake pool, each in its own namespace). `--sessions` clients each send greedy turns back to
-back (half of them streamed) to one replica, with an `Idempotency-Key` per turn, and retry what was not answered as
-a careful client does: the same key, on the other replica when theirs does not connect, after `Retry-After` on a
-409 or 503. Every `--fault-every-s` one fault of `FAULTS` is injected in turn and removed `--hold-s` later.
+The cluster is `benchmarks.netns_cluster` (two gateway replicas, two real SGLang CPU workers with the real SmolLM2
+model unless `--model-size` says otherwise, PostgreSQL, Redis, the Mooncake pool, each in its own namespace).
+`--sessions` clients each send greedy turns back to back (half of them streamed) to one replica, with an
+`Idempotency-Key` per turn, and retry what was not answered as a careful client does: the same key, on the other
+replica when theirs does not connect, after `Retry-After` on a 409 or 503. Every `--fault-every-s` one fault of
+`FAULTS` is injected in turn and removed `--hold-s` later.
+
+Spot checks, every `--spot-every-s`: a two-turn conversation with a long system prompt (several KV pages, so its
+KV is written through to the pool and can be read back on either worker) goes through the replicas, and each answer
+is compared with a recompute of the same messages sent straight to a worker under a cache salt of its own (nothing
+cached can serve it). Greedy decoding: a page served wrong from any tier shows as other tokens.
 
 It reports: answered turns against the store's rows (every answered turn is one `ok` row with its content: 0 lost,
-0 doubled), memory (RSS of every process of each node) over time, and for each fault whether the replicas'
-`/metrics` showed it (a worker out of routing, the shared state unavailable, 503s, a replica's counters reset);
-`report.json`, `report.md` and `soak.png` under `--out` (default benchmarks/results/soak-<time>/).
+0 doubled), the spot checks (wrong answers, and which tier served their cached prompt tokens), memory (the
+proportional set size, PSS, of every process of each node: shared pages counted once, so PostgreSQL's shared
+buffers are not counted once per backend) over time and its growth after the warm-up, and for each fault whether
+the replicas' `/metrics` showed it (a worker out of routing, the shared state unavailable, 503s, a replica's
+counters reset); `report.json`, `report.md` and `soak.png` under `--out` (default
+benchmarks/results/soak-<time>/).
 
     python -m sessiongate.benchmarks.soak --minutes 10
-    python -m sessiongate.benchmarks.soak --minutes 3 --fault-every-s 30    # a short run
+    python -m sessiongate.benchmarks.soak --minutes 3 --fault-every-s 30 --model-size tiny   # a short run
 
 Needs what the cluster needs (root, iproute2, /dev/net/tun, redis-server, PostgreSQL's server binaries, Mooncake).
 """
@@ -56,6 +65,13 @@ class SoakConfig:
     max_tokens: int = 8
     sample_every_s: float = 2.0
     seed: int = 0
+    model_size: str = "smollm2"
+    spot_every_s: float = 30.0
+    warmup_share: float = 0.3
+    """Memory growth is judged from the sample at this share of the run (caches, pools and buffers filled) to the
+    last."""
+    flat_tolerance: float = 0.05
+    """A node's memory is flat when it grew by at most this share of its size after the warm-up."""
 
 
 @dataclass
@@ -86,7 +102,7 @@ FAULTS = (
     ),
     Fault(
         "PostgreSQL link cut",
-        "sessiongate_http_requests{status=503} rises",
+        "sessiongate_store_oldest_call_seconds >= 1, or 503s or sessiongate_store_unavailable rise",
         lambda c: c.net.cut("pg"),
         lambda c: c.net.heal("pg"),
     ),
@@ -120,13 +136,18 @@ class Run:
     retries: dict[str, int] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    spot_checks: list[dict[str, Any]] = field(default_factory=list)
+    model: str = ""
+    """The served model name, as `/v1/models` says."""
 
     def now(self) -> float:
         return round(time.monotonic() - self.started, 2)
 
 
-async def _turn(client: httpx.AsyncClient, urls: list[str], body: dict[str, Any], headers: dict[str, str]) -> bool:
-    """One turn, retried (same key) until answered or 120 s; True when answered."""
+async def _turn(
+    client: httpx.AsyncClient, urls: list[str], body: dict[str, Any], headers: dict[str, str]
+) -> dict[str, Any] | None:
+    """One turn, retried (same key) until answered or 120 s: the answer (a streamed one's is `{}`), or None."""
     deadline = time.monotonic() + 120
     replica = 0
     while time.monotonic() < deadline:
@@ -143,12 +164,13 @@ async def _turn(client: httpx.AsyncClient, urls: list[str], body: dict[str, Any]
             await asyncio.sleep(1)
             continue
         if not body.get("stream"):
-            return True
+            answer: dict[str, Any] = response.json()
+            return answer
         events = list(parse_events(response.content))
         if any(e.done for e in events) and not any("error" in e.json() for e in events if not e.done):
-            return True
+            return {}
         await asyncio.sleep(0.5)  # an error event: the key was released, the retry runs anew
-    return False
+    return None
 
 
 async def _client(index: int, cluster: NetnsCluster, config: SoakConfig, run: Run, stop: asyncio.Event) -> None:
@@ -165,16 +187,87 @@ async def _client(index: int, cluster: NetnsCluster, config: SoakConfig, run: Ru
                     return
                 content = f"client {index} context {context} turn {turn}: {rng.randrange(10**6)}"
                 messages.append({"role": "user", "content": content})
-                body = {"model": "tiny", "messages": messages, "temperature": 0, "max_tokens": config.max_tokens}
+                body = {"model": run.model, "messages": messages, "temperature": 0, "max_tokens": config.max_tokens}
                 body["stream"] = rng.random() < 0.5
                 headers = {"x-session-id": session_id, "idempotency-key": f"{session_id}-{turn}"}
-                if await _turn(client, urls, body, headers):
+                if await _turn(client, urls, body, headers) is not None:
                     run.answered.append((session_id, content))
                     messages.append({"role": "assistant", "content": "..."})
                 else:
                     run.given_up += 1
                     messages.pop()
             context += 1
+
+
+SPOT_QUESTIONS = (
+    ("What is the capital of Italy?", "And what is the capital of France?"),
+    ("Name a primary colour.", "Name another one."),
+    ("How many days are in a week?", "And how many months are in a year?"),
+    ("What do bees make?", "What do cows give?"),
+)
+SPOT_MAX_TOKENS = 16
+
+
+def spot_system_prompt(check: int) -> str:
+    """Several KV pages (64 tokens each) unique to one spot check, so its KV is its own and reaches the pool."""
+    lines = (f"Fact {i}: ledger {check}-{i} lies in vault {i % 5}, shelf {i * 7 % 11}." for i in range(40))
+    return "You are a helpful assistant. Answer in one short sentence.\n" + "\n".join(lines)
+
+
+async def _recompute(client: httpx.AsyncClient, worker_urls: list[str], body: dict[str, Any]) -> str | None:
+    """The answer to `body` computed from nothing cached: straight to a worker, under a cache salt no other
+    request has (SGLang keys every cached page by the salt); None when no worker answered in 120 s."""
+    salted = {**body, "cache_salt": f"soak-recompute-{random.randrange(1 << 62):x}"}
+    deadline = time.monotonic() + 120
+    attempt = 0
+    while time.monotonic() < deadline:
+        url = worker_urls[attempt % len(worker_urls)]
+        attempt += 1
+        with contextlib.suppress(httpx.HTTPError):
+            response = await client.post(f"{url}/v1/chat/completions", json=salted)
+            if response.status_code == 200:
+                return str(response.json()["choices"][0]["message"].get("content") or "")
+        await asyncio.sleep(1)
+    return None
+
+
+async def _spot_checker(cluster: NetnsCluster, config: SoakConfig, run: Run, stop: asyncio.Event) -> None:
+    replicas = [cluster.gateway_url("gw1"), cluster.gateway_url("gw2")]
+    workers = [cluster.worker_url("wk1"), cluster.worker_url("wk2")]
+    async with httpx.AsyncClient(timeout=60) as client:
+        for check in itertools.count():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), config.spot_every_s if check else config.spot_every_s / 3)
+            if stop.is_set():
+                return
+            session_id = f"spot-{check}"
+            messages: list[dict[str, Any]] = [{"role": "system", "content": spot_system_prompt(check)}]
+            for turn, question in enumerate(SPOT_QUESTIONS[check % len(SPOT_QUESTIONS)]):
+                messages.append({"role": "user", "content": question})
+                body = {"model": run.model, "messages": messages, "temperature": 0, "max_tokens": SPOT_MAX_TOKENS}
+                urls = replicas if (check + turn) % 2 == 0 else replicas[::-1]  # the second turn: the other replica
+                headers = {"x-session-id": session_id, "idempotency-key": f"{session_id}-{turn}"}
+                answer = await _turn(client, urls, body, headers)
+                if answer is None:
+                    run.spot_checks.append({"check": check, "turn": turn, "t": run.now(), "answered": False})
+                    break
+                content = str(answer["choices"][0]["message"].get("content") or "")
+                reference = await _recompute(client, workers, body)
+                details = ((answer.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens_details")
+                run.spot_checks.append(
+                    {
+                        "check": check,
+                        "turn": turn,
+                        "t": run.now(),
+                        "answered": True,
+                        "worker": (answer.get("sessiongate") or {}).get("worker"),
+                        "cached_tokens_details": details,
+                        "answer": content,
+                        "recomputed": reference,
+                        "equal": None if reference is None else content == reference,
+                    }
+                )
+                messages.append({"role": "assistant", "content": content})
 
 
 def _metrics(text_: str) -> dict[str, float]:
@@ -187,22 +280,25 @@ def _metrics(text_: str) -> dict[str, float]:
     return out
 
 
-def _rss_mb(pids: list[int]) -> float:
+def _pss_mb(pids: list[int]) -> float:
+    """The node's memory: the processes' proportional set sizes summed (a page that n of them share counts 1/n
+    in each), so PostgreSQL's shared buffers count once, not once per backend as summed RSS would."""
     total = 0
     for pid in pids:
         with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
                     total += int(line.split()[1])
+                    break
     return round(total / 1024, 1)
 
 
 async def _sampler(cluster: NetnsCluster, config: SoakConfig, run: Run, stop: asyncio.Event) -> None:
     async with httpx.AsyncClient(timeout=3) as client:
         while not stop.is_set():
-            sample: dict[str, Any] = {"t": run.now(), "answered": len(run.answered), "rss_mb": {}, "metrics": {}}
+            sample: dict[str, Any] = {"t": run.now(), "answered": len(run.answered), "pss_mb": {}, "metrics": {}}
             for role in NODES:
-                sample["rss_mb"][role] = _rss_mb(cluster.net.pids(role))
+                sample["pss_mb"][role] = _pss_mb(cluster.net.pids(role))
             for role in ("gw1", "gw2"):
                 try:
                     scraped = await client.get(f"{cluster.gateway_url(role)}/metrics")
@@ -262,11 +358,17 @@ def _visible(fault: dict[str, Any], samples: list[dict[str, Any]], cluster: Netn
                     for m in s["metrics"].values()
                     if m is not None
                     for k, v in m.items()
-                    if k.startswith("sessiongate_http_requests_total") and 'status="503"' in k
+                    if (k.startswith("sessiongate_http_requests_total") and 'status="503"' in k)
+                    or k == "sessiongate_store_unavailable_total"
                 )
             )
 
-        return bool(window) and bool(before) and max(refused(s) for s in window) > refused(before[-1])
+        stuck = any(
+            m is not None and m.get("sessiongate_store_oldest_call_seconds", 0) >= 1
+            for s in window
+            for m in s["metrics"].values()
+        )
+        return stuck or (bool(window) and bool(before) and max(refused(s) for s in window) > refused(before[-1]))
     if "gateway" in name:
 
         def served(s: dict[str, Any]) -> float | None:
@@ -298,8 +400,11 @@ async def _store_rows(database_url: str) -> list[tuple[str, str, str]]:
 
 async def _drive(cluster: NetnsCluster, config: SoakConfig) -> Run:
     run = Run()
+    async with httpx.AsyncClient(timeout=10) as client:
+        run.model = (await client.get(f"{cluster.gateway_url('gw1')}/v1/models")).json()["data"][0]["id"]
     stop = asyncio.Event()
     tasks = [asyncio.create_task(_client(i, cluster, config, run, stop)) for i in range(config.sessions)]
+    tasks.append(asyncio.create_task(_spot_checker(cluster, config, run, stop)))
     sampler = asyncio.create_task(_sampler(cluster, config, run, stop))
     injector = asyncio.create_task(_injector(cluster, config, run, stop))
     await asyncio.sleep(config.minutes * 60)
@@ -316,7 +421,7 @@ def run_soak(config: SoakConfig, out: Path) -> dict[str, Any]:
         raise SystemExit(f"soak: no network-namespace cluster here: {why}")
     root = Path(tempfile.mkdtemp(prefix="sessiongate-soak-"))
     root.chmod(0o755)
-    with NetnsCluster(f"soak{random.randrange(100)}", root) as cluster:
+    with NetnsCluster(f"soak{random.randrange(100)}", root, model_size=config.model_size) as cluster:
         started_in = cluster.started_in_s
         run = asyncio.run(_drive(cluster, config))
         rows = asyncio.run(_store_rows(cluster.database_url))
@@ -341,9 +446,8 @@ def run_soak(config: SoakConfig, out: Path) -> dict[str, Any]:
         "doubled_turns": len(doubled),
         "faults": run.faults,
         "faults_visible_in_metrics": visible,
-        "rss_mb_first_last": {role: [run.samples[0]["rss_mb"][role], run.samples[-1]["rss_mb"][role]] for role in NODES}
-        if run.samples
-        else {},
+        "spot_checks": _spot_summary(run.spot_checks),
+        "memory": _memory_growth(run.samples, config),
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps({**report, "samples": run.samples}, indent=1))
@@ -352,8 +456,51 @@ def run_soak(config: SoakConfig, out: Path) -> dict[str, Any]:
     return report
 
 
+def _spot_summary(checks: list[dict[str, Any]]) -> dict[str, Any]:
+    compared = [c for c in checks if c.get("equal") is not None]
+    tiers: dict[str, int] = {}
+    for check in compared:
+        for tier, tokens in (check.get("cached_tokens_details") or {}).items():
+            if isinstance(tokens, int) and tokens > 0:
+                tiers[tier] = tiers.get(tier, 0) + 1
+    return {
+        "turns": len(checks),
+        "compared": len(compared),
+        "wrong": sum(1 for c in compared if not c["equal"]),
+        "unanswered": sum(1 for c in checks if not c["answered"]),
+        "turns_with_cached_tokens_from": tiers,
+    }
+
+
+def _memory_growth(samples: list[dict[str, Any]], config: SoakConfig) -> dict[str, dict[str, Any]]:
+    """Per node: PSS first, after the warm-up and last (MB), the growth after the warm-up, its least-squares slope
+    (MB per minute) and whether it is flat (`config.flat_tolerance`)."""
+    if not samples:
+        return {}
+    end = samples[-1]["t"]
+    after = [s for s in samples if s["t"] >= config.warmup_share * end] or samples[-1:]
+    out = {}
+    for role in NODES:
+        warm, last = after[0]["pss_mb"][role], samples[-1]["pss_mb"][role]
+        times = [s["t"] / 60 for s in after]
+        values = [s["pss_mb"][role] for s in after]
+        mean_t, mean_v = sum(times) / len(times), sum(values) / len(values)
+        spread = sum((t - mean_t) ** 2 for t in times)
+        slope = sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread if spread else 0.0
+        out[role] = {
+            "first_mb": samples[0]["pss_mb"][role],
+            "warm_mb": warm,
+            "last_mb": last,
+            "growth_after_warmup_mb": round(last - warm, 1),
+            "slope_mb_per_min": round(slope, 2),
+            "flat": last - warm <= config.flat_tolerance * warm,
+        }
+    return out
+
+
 def _markdown(report: dict[str, Any]) -> str:
     config = report["config"]
+    spot = report["spot_checks"]
     lines = [
         f"# Soak: {config['minutes']:g} min, a fault every {config['fault_every_s']:g} s (held {config['hold_s']:g} s),"
         f" {config['sessions']} clients",
@@ -362,6 +509,9 @@ def _markdown(report: dict[str, Any]) -> str:
         f"- answered turns: {report['answered_turns']}; given up after 120 s of retries: {report['given_up_turns']}",
         f"- store rows by status: {report['store_rows_by_status']}",
         f"- **lost accepted turns: {report['lost_accepted_turns']}**; doubled: {report['doubled_turns']}",
+        f"- model: {config['model_size']}; spot checks (answers against a recompute, greedy, {SPOT_MAX_TOKENS} tokens):"
+        f" {spot['compared']} turns compared, **{spot['wrong']} wrong**, {spot['unanswered']} unanswered; turns whose"
+        f" prompt was partly served from a cache, by tier: {spot['turns_with_cached_tokens_from']}",
         "",
         "| fault | start (s) | end (s) | shown on /metrics by | visible |",
         "|---|---|---|---|---|",
@@ -369,9 +519,21 @@ def _markdown(report: dict[str, Any]) -> str:
     for fault, (key, seen) in zip(report["faults"], report["faults_visible_in_metrics"].items(), strict=True):
         del key
         lines.append(f"| {fault['name']} | {fault['start']:.0f} | {fault['end']:.0f} | {fault['metric']} | {seen} |")
-    lines += ["", "| node | RSS first (MB) | RSS last (MB) |", "|---|---|---|"]
-    for role, (first, last) in report["rss_mb_first_last"].items():
-        lines.append(f"| {role} | {first} | {last} |")
+    share = f"{config['warmup_share']:.0%}"
+    tolerance = f"{config['flat_tolerance']:.0%}"
+    lines += [
+        "",
+        f"Memory: PSS of each node's processes (MB); warm = the first sample after {share} of the run; flat = grew by"
+        f" at most {tolerance} of warm after it.",
+        "",
+        "| node | first | warm | last | growth after warm-up | slope after warm-up (MB/min) | flat |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for role, m in report["memory"].items():
+        lines.append(
+            f"| {role} | {m['first_mb']} | {m['warm_mb']} | {m['last_mb']} | {m['growth_after_warmup_mb']:+} |"
+            f" {m['slope_mb_per_min']:+} | {m['flat']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -386,8 +548,9 @@ def _plot(run: Run, path: Path) -> None:
     times = [s["t"] for s in run.samples]
     figure, (memory, turns) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     for role in NODES:
-        memory.plot(times, [s["rss_mb"][role] for s in run.samples], label=role)
-    memory.set_ylabel("RSS of the node's processes (MB)")
+        memory.plot(times, [s["pss_mb"][role] for s in run.samples], label=role)
+    memory.set_ylabel("PSS of the node's processes (MB)")
+    memory.set_yscale("log")
     memory.legend(ncol=4, fontsize=8)
     turns.plot(times, [s["answered"] for s in run.samples], color="black")
     turns.set_ylabel("answered turns (cumulative)")
@@ -408,10 +571,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault-every-s", type=float, default=60.0)
     parser.add_argument("--hold-s", type=float, default=10.0)
     parser.add_argument("--sessions", type=int, default=6)
+    parser.add_argument("--model-size", default="smollm2", choices=("tiny", "medium", "smollm2"))
+    parser.add_argument("--spot-every-s", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     config = SoakConfig(
-        minutes=args.minutes, fault_every_s=args.fault_every_s, hold_s=args.hold_s, sessions=args.sessions
+        minutes=args.minutes,
+        fault_every_s=args.fault_every_s,
+        hold_s=args.hold_s,
+        sessions=args.sessions,
+        model_size=args.model_size,
+        spot_every_s=args.spot_every_s,
     )
     out = args.out or RESULTS / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
     report = run_soak(config, out)
