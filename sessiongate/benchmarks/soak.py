@@ -66,6 +66,9 @@ class SoakConfig:
     sample_every_s: float = 2.0
     seed: int = 0
     model_size: str = "smollm2"
+    pool_mb: int = 128
+    """The Mooncake storage node's segment: small enough that it fills during the warm-up, so the run shows the
+    pool's steady state (full, evicting) rather than its filling."""
     spot_every_s: float = 30.0
     warmup_share: float = 0.3
     """Memory growth is judged from the sample at this share of the run (caches, pools and buffers filled) to the
@@ -421,7 +424,9 @@ def run_soak(config: SoakConfig, out: Path) -> dict[str, Any]:
         raise SystemExit(f"soak: no network-namespace cluster here: {why}")
     root = Path(tempfile.mkdtemp(prefix="sessiongate-soak-"))
     root.chmod(0o755)
-    with NetnsCluster(f"soak{random.randrange(100)}", root, model_size=config.model_size) as cluster:
+    with NetnsCluster(
+        f"soak{random.randrange(100)}", root, model_size=config.model_size, pool_bytes=config.pool_mb << 20
+    ) as cluster:
         started_in = cluster.started_in_s
         run = asyncio.run(_drive(cluster, config))
         rows = asyncio.run(_store_rows(cluster.database_url))
@@ -573,6 +578,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", type=int, default=6)
     parser.add_argument("--model-size", default="smollm2", choices=("tiny", "medium", "smollm2"))
     parser.add_argument("--spot-every-s", type=float, default=30.0)
+    parser.add_argument("--pool-mb", type=int, default=128)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     config = SoakConfig(
@@ -582,6 +588,7 @@ def main(argv: list[str] | None = None) -> None:
         sessions=args.sessions,
         model_size=args.model_size,
         spot_every_s=args.spot_every_s,
+        pool_mb=args.pool_mb,
     )
     out = args.out or RESULTS / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
     report = run_soak(config, out)

@@ -2,7 +2,7 @@
 
 Two tiny-model workers, A and B, share one pool directory with the default pool, `storage_backend="file"`
 (sessiongate/sglang_ext/internals/checked_file_store.py, loaded through SGLang's `dynamic` backend). The same with
-the real SmolLM2 model: tests/engine/test_pool_verified_engine.py.
+the real SmolLM2 model: tests/sglang_ext/test_real_model_tiers.py ("from a damaged file pool").
 """
 
 from __future__ import annotations
