@@ -36,12 +36,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sessiongate.sglang_ext.pool_backends import TIMED_POOLS
+from sessiongate.sglang_ext.pool_timing import PoolTiming
 from sessiongate.sglang_ext.protocol import (
     LOAD_PATH,
     PREFETCH_PATH,
     SESSIONS_PATH,
     KVOpResult,
     LoadReport,
+    PoolCallKind,
+    PoolCalls,
     PrefetchAccepted,
     PrefetchRequest,
     PrefetchStatus,
@@ -81,6 +85,12 @@ class FakeWorkerBehaviour:
     prefetch_threshold: int = 256
     # How long a prompt's pages take to reach the pool after its request (write-through runs in the background).
     pool_write_delay_s: float = 0.0
+    # How long each call to the pool takes, as the load report's `pool_calls` says (nothing waits): a lookup when a
+    # prompt's part beyond device and host reaches `prefetch_threshold` and when a prefetch starts, a read when pages
+    # come from the pool, a write for each prompt's computed pages; timed as sessiongate's own pools time theirs
+    # (`TIMED_POOLS`; with another `storage_backend` the report has no pool figures).
+    pool_call_ms: float = 1.0
+    pool_timing: PoolTiming = field(default_factory=PoolTiming, repr=False)
     _pool_writes: list[tuple[float, tuple[str, ...]]] = field(default_factory=list, init=False, repr=False)
     # The sessiongate extension: off answers 404 on its endpoints, like a worker started without it.
     extension: bool = True
@@ -118,9 +128,14 @@ class FakeWorkerBehaviour:
         in_host = self._pages(max(min(self._longest(self.host, tokens), usable) - on_device, 0))
         in_pool = 0
         if self.storage_backend is not None:
+            beyond = self._pages(max(usable - on_device - in_host, 0))
+            if beyond >= self.prefetch_threshold:
+                self.pool_call("lookup", beyond)
             in_pool = self._pages(max(min(self._longest(self.pool, tokens), usable) - on_device - in_host, 0))
             if in_pool < self.prefetch_threshold:
                 in_pool = 0  # below SGLang's threshold the pool is not even asked
+            self.pool_call("read", in_pool)
+            self.pool_call("write", self._pages(len(tokens) - 1) - on_device - in_host - in_pool)
         self._remember(self.device, tokens)
         self._fit(self.device, self.device_kv_tokens_total, spill=self.host)
         self._fit(self.host, self.host_kv_tokens_total, spill=None)
@@ -130,6 +145,17 @@ class FakeWorkerBehaviour:
             else:
                 self.pool.append(tokens)
         return {"device": on_device, "host": in_host, "storage": in_pool}
+
+    def pool_call(self, kind: PoolCallKind, tokens: int) -> None:
+        """A call to the pool about `tokens` tokens (none: no call), timed as `pool_call_ms`."""
+        if tokens > 0 and self.storage_backend in TIMED_POOLS:
+            getattr(self.pool_timing, kind).record(self.pool_call_ms / 1000, tokens // self.page_size)
+
+    def pool_calls(self) -> dict[PoolCallKind, PoolCalls]:
+        """The load report's `pool_calls`."""
+        if self.storage_backend not in TIMED_POOLS:
+            return {}
+        return {kind: PoolCalls(**figures) for kind, figures in self.pool_timing.report().items()}
 
     def land_pool_writes(self, now: float | None = None) -> None:
         """Write to the pool the prompts whose `pool_write_delay_s` has passed (by `now`)."""
@@ -363,6 +389,7 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             decode_tokens_per_s=b.decode_tokens_per_s,
             page_size=b.page_size,
             storage_backend=b.storage_backend,
+            pool_calls=b.pool_calls(),
         )
         return Response(report.model_dump_json(), media_type="application/json")
 
@@ -372,6 +399,8 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
             tokens: tuple[str, ...] = entry["tokens"]
             b.land_pool_writes()
             available = b._longest(b.pool, tokens) if b.storage_backend is not None else 0
+            b.pool_call("lookup", b._pages(len(tokens) - 1))
+            b.pool_call("read", available)
             if available:
                 if entry["target"] == "device":
                     b._remember(b.device, tokens[: available + 1])

@@ -13,9 +13,9 @@ the scheduler's thread parses and hashes nothing large.
 
 `GET /load` is polled every 100-500 ms by the router: its request counts and device KV come from
 the load snapshot the scheduler publishes in shared memory (no round trip); host KV, prefetches
-in flight and throughput come from a call to the scheduler that waits at most `STATS_WAIT_S` and
-otherwise reuses the previous answer, so a scheduler busy with a long prefill chunk never makes
-the report slow.
+in flight, throughput and the pool's figures (rejected pages, the timing of its calls) come from
+a call to the scheduler that waits at most `STATS_WAIT_S` and otherwise reuses the previous answer,
+so a scheduler busy with a long prefill chunk never makes the report slow.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from sessiongate.sglang_ext.protocol import (
     ErrorResponse,
     KVOpResult,
     LoadReport,
+    PoolCalls,
     PrefetchAccepted,
     PrefetchRequest,
     PrefetchStatus,
@@ -108,6 +109,7 @@ class Endpoints:
             page_size=facts.page_size,
             storage_backend=facts.storage_backend,
             pool_pages_rejected=int(stats.get("pool_pages_rejected", 0)),
+            pool_calls={kind: PoolCalls(**figures) for kind, figures in (stats.get("pool_calls") or {}).items()},
         )
         return JSONResponse(report.model_dump(mode="json"))
 

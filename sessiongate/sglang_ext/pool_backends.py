@@ -18,6 +18,7 @@ __all__ = [
     "DIRECTORY_POOLS",
     "FILE_BACKEND",
     "POOL_NAMES",
+    "TIMED_POOLS",
     "UNCHECKED_FILE_BACKEND",
     "storage_args",
     "storage_extra_config",
@@ -60,6 +61,8 @@ POOL_NAMES = tuple(_PLUGIN_POOLS)
 """`WorkerConfig.storage_backend` values sessiongate knows (any other is passed to SGLang as is)."""
 # The pools that keep their pages in `WorkerConfig.pool_dir`.
 DIRECTORY_POOLS = (FILE_BACKEND, UNCHECKED_FILE_BACKEND)
+TIMED_POOLS = (FILE_BACKEND, "mooncake")
+"""The pools whose backend times its calls (`pool_timing`): with any other the load report's `pool_calls` is empty."""
 
 
 def storage_args(config: WorkerConfig, *, on_cpu: bool) -> list[str]:

@@ -24,6 +24,8 @@ __all__ = [
     "ErrorResponse",
     "KVOpResult",
     "LoadReport",
+    "PoolCallKind",
+    "PoolCalls",
     "PrefetchAccepted",
     "PrefetchRequest",
     "PrefetchState",
@@ -89,6 +91,26 @@ class WorkerInfo(BaseModel):
     default), `file-unchecked` or `mooncake`, else SGLang's backend name; None without one."""
 
 
+PoolCallKind = Literal["read", "write", "lookup"]
+
+
+class PoolCalls(BaseModel):
+    """One kind of call a worker makes to its shared pool (HiCache's L3 backend), timed around each batch call on
+    HiCache's threads (`sglang_ext.pool_timing`): `read` (pages into host memory, a prefetch's or a request's),
+    `write` (a write-through), `lookup` (how many of a prefix's pages the pool holds)."""
+
+    model_config = _WIRE
+
+    calls: int = 0
+    pages: int = 0
+    seconds: float = 0.0
+    """Since the worker started: batch calls, the pages they named, and the seconds they took. Cumulative, so that
+    the change in `seconds` over the change in `calls` between two reports is the mean call in between."""
+    recent_ms: float | None = None
+    """Mean milliseconds per call over the last ~5 s; None when the worker made no such call in that time. A pool
+    behind a slow or lossy link shows here first."""
+
+
 class LoadReport(BaseModel):
     """`GET /sessiongate/v1/load`: what the router needs to know, cheap enough to poll every 100-500 ms."""
 
@@ -129,6 +151,9 @@ class LoadReport(BaseModel):
     """Pool pages (Mooncake: objects) read since the worker started that failed verification: other bytes than
     were written under their key, truncated, or of another format. Each was a cache miss (recomputed) and was
     removed from the pool. Always 0 with `file-unchecked` or a pool sessiongate does not verify."""
+    pool_calls: dict[PoolCallKind, PoolCalls] = {}
+    """How long the worker's calls to its shared pool take, by kind (`read`, `write`, `lookup`). Empty without a pool,
+    with `file-unchecked` or a pool sessiongate does not time, and from a worker that does not report it."""
 
 
 class _Context(BaseModel):

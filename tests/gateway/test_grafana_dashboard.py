@@ -173,7 +173,7 @@ async def test_every_dashboard_query_reads_metrics_and_labels_the_gateway_export
 
 def test_the_dashboard_covers_what_operators_ask() -> None:
     """The panels the README promises: turns, TTFT, cached tokens by tier, advisories by outcome, prefetch bytes,
-    worker load, queue depth, errors."""
+    worker load, queue depth, the shared pool's call times, errors."""
     metrics = {s.metric for _, q in dashboard_queries() for s in q.selectors}
     for wanted in (
         "sessiongate_turns_total",
@@ -183,6 +183,7 @@ def test_the_dashboard_covers_what_operators_ask() -> None:
         "sessiongate_prefetch_bytes_total",
         "sessiongate_worker_in_flight",
         "sessiongate_worker_queued_requests",
+        "sessiongate_worker_pool_call_seconds_total",
         "sessiongate_http_requests_total",
     ):
         assert wanted in metrics, wanted

@@ -12,6 +12,7 @@ import pytest
 from sessiongate.gateway.settings import GatewaySettings, SettingsError
 
 from .conftest import Gateway
+from .test_signals import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -57,17 +58,73 @@ async def test_metrics_count_turns_and_cached_prompt_tokens(gateway: Gateway) ->
     assert samples['sessiongate_http_requests_total{route="/v1/chat/completions",status="200"}'] == 2
 
 
-def scrape(text: str) -> dict[str, float]:
+def _samples(text: str) -> dict[str, float]:
     return {
-        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and not line.startswith("#")
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
     }
+
+
+async def test_metrics_show_each_workers_pool_calls_from_its_load_report(make_gateway: Any) -> None:
+    """A worker whose link to the pool is slow says so in its load report (`pool_calls`), and the gateway's /metrics
+    shows it per worker and kind of call: the recent mean and the totals."""
+    async with make_gateway(load_poll_interval_s=0.02) as gw:
+        slow, fast = gw.workers["worker-a"], gw.workers["worker-b"]
+        slow.pool_call_ms, fast.pool_call_ms = 80.0, 2.0
+        for worker in (slow, fast):
+            worker.pool_call("read", 10)
+            worker.pool_call("read", 30)
+        turn = await gw.client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "a b c"}]})
+        assert turn.status_code == 200  # the worker that served it writes its prompt through to the pool
+        writer_id = turn.headers["x-sessiongate-worker"]
+
+        async def reported() -> bool:
+            loads = {worker.id: worker.load for worker in gw.state.workers.workers}
+            return all(loads.values()) and loads[writer_id].pool_calls["write"].calls == 1  # type: ignore[union-attr]
+
+        await eventually(reported)
+        samples = _samples((await gw.client.get("/metrics")).text)
+
+    def sample(name: str, worker: str, op: str) -> float:
+        return samples[f'sessiongate_worker_pool_{name}{{op="{op}",worker="{worker}"}}']
+
+    slow_id, fast_id = gw.ids["worker-a"], gw.ids["worker-b"]
+    assert sample("mean_call_seconds", slow_id, "read") == pytest.approx(0.080)
+    assert sample("mean_call_seconds", fast_id, "read") == pytest.approx(0.002)
+    assert sample("calls_total", slow_id, "read") == 2
+    assert sample("pages_total", slow_id, "read") == 40
+    assert sample("call_seconds_total", slow_id, "read") == pytest.approx(0.160)
+    assert sample("calls_total", writer_id, "write") == 1
+    assert sample("pages_total", writer_id, "write") == 4  # "<user> a b c", a page per token here
+    other_id = fast_id if writer_id == slow_id else slow_id
+    assert sample("calls_total", other_id, "write") == 0
+    # No write lately: no recent mean rather than a stale one.
+    assert f'sessiongate_worker_pool_mean_call_seconds{{op="write",worker="{other_id}"}}' not in samples
+
+
+async def test_no_pool_figures_from_a_worker_whose_pool_is_not_timed(make_gateway: Any) -> None:
+    async with make_gateway(load_poll_interval_s=0.02) as gw:
+        for worker in gw.workers.values():
+            worker.storage_backend = "file-unchecked"  # SGLang's own backend: sessiongate neither verifies nor times it
+        turn = await gw.client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "a b"}]})
+        assert turn.status_code == 200
+
+        async def reported() -> bool:
+            loads = [worker.load for worker in gw.state.workers.workers]
+            return all(load is not None and load.storage_backend == "file-unchecked" for load in loads)
+
+        await eventually(reported)
+        samples = _samples((await gw.client.get("/metrics")).text)
+    assert samples[f'sessiongate_worker_healthy{{worker="{gw.ids["worker-a"]}"}}'] == 1
+    assert not [name for name in samples if name.startswith("sessiongate_worker_pool_")]
 
 
 async def test_metrics_show_a_store_call_stuck_and_the_calls_it_refused(
     gateway: Gateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = gateway.state.store
-    idle = scrape((await gateway.client.get("/metrics")).text)
+    idle = _samples((await gateway.client.get("/metrics")).text)
     assert idle["sessiongate_store_calls_in_flight"] == 0
     assert idle["sessiongate_store_oldest_call_seconds"] == 0
     assert idle["sessiongate_store_unavailable_total"] == 0
@@ -83,15 +140,15 @@ async def test_metrics_show_a_store_call_stuck_and_the_calls_it_refused(
             )
         )
         await asyncio.sleep(0.3)
-        waiting = scrape((await gateway.client.get("/metrics")).text)
+        waiting = _samples((await gateway.client.get("/metrics")).text)
         assert waiting["sessiongate_store_calls_in_flight"] >= 1
         assert waiting["sessiongate_store_oldest_call_seconds"] >= 0.25
     assert (await stuck).status_code == 200
     # Calls that fail as unavailable are counted, once each, across scrapes.
     counted = store.health()
     monkeypatch.setattr(store, "health", lambda: dataclasses.replace(counted, unavailable=counted.unavailable + 3))
-    assert scrape((await gateway.client.get("/metrics")).text)["sessiongate_store_unavailable_total"] == 3
-    assert scrape((await gateway.client.get("/metrics")).text)["sessiongate_store_unavailable_total"] == 3
+    assert _samples((await gateway.client.get("/metrics")).text)["sessiongate_store_unavailable_total"] == 3
+    assert _samples((await gateway.client.get("/metrics")).text)["sessiongate_store_unavailable_total"] == 3
 
 
 async def test_session_api(gateway: Gateway) -> None:

@@ -250,6 +250,8 @@ def test_the_guard_stops_asking_a_dead_master(
         store = GuardedMooncakeStore(storage_config)  # its warm-up puts and gets one object
         assert store.store.put("present", b"x" * 4096) == 0
         assert store._batch_exist(["present", "absent"]) == [1, 0]
+        assert store.batch_exists(["page-1", "page-2"]) == 0  # a lookup that reaches the master: timed
+        assert store.pool_timing.lookup.figures().calls == 1
 
         master.kill()
         assert store.batch_exists(["present"]) == 0  # the first call fails at once (RPC_FAIL)
@@ -258,3 +260,7 @@ def test_the_guard_stops_asking_a_dead_master(
             assert store.batch_exists(["present"]) == 0
         # Unguarded, each of these waits for a reconnect attempt (~4.3 s here).
         assert time.monotonic() - started < 1.0
+        # The call that failed counts, with its time; those answered without asking the pool do not.
+        lookups = store.pool_timing.lookup.figures()
+        assert (lookups.calls, lookups.pages) == (2, 3)
+        assert lookups.seconds > 0

@@ -5,7 +5,8 @@ A link is a network namespace joined to this side with a set rate and delay each
 on its far side (master and the storage node that lends the pool's memory) and read from it across the link from
 here, then serve a real tiny-model SGLang CPU worker from that pool: a context written through to the pool and
 read back after `/flush_cache` is reported as the storage tier's, and the read takes at least its bytes over the
-rate. Every test checks that its namespace, devices and processes are gone afterwards.
+rate, as does the worker's own timing of its pool calls (its load report's `pool_calls`). Every test checks that
+its namespace, devices and processes are gone afterwards.
 
 Needs root, iproute2 and /dev/net/tun: skipped, saying why, without them, unless `SESSIONGATE_REQUIRE_NETNS=1`
 (CI), which makes that a failure.
@@ -31,6 +32,7 @@ from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.launcher import WorkerConfig, start_worker
 from sessiongate.sglang_ext.models import kv_bytes_per_token
 from sessiongate.sglang_ext.mooncake import mooncake_unavailable
+from sessiongate.sglang_ext.protocol import LOAD_PATH, LoadReport, PoolCallKind, PoolCalls
 
 from .conftest import chat, long_system_prompt
 
@@ -150,7 +152,7 @@ def test_a_worker_reads_a_context_back_across_the_link(
 ) -> None:
     # Slow enough that the read's time on the wire (~0.7 s) stands well above this shared machine's noise.
     with pool_across_a_link(tmp_path, free_ports, rate_mbit=25) as pool:
-        from_pool, from_pool_s, from_device_s, received = _read_back(pool, worker_state_dir, free_ports)
+        from_pool, from_pool_s, from_device_s, received, calls = _read_back(pool, worker_state_dir, free_ports)
     details = from_pool["sglext"]["cached_tokens_details"]
     assert details["storage_backend"] == "GuardedMooncakeStore"
     pages = from_pool["usage"]["prompt_tokens"] // PAGE
@@ -166,13 +168,28 @@ def test_a_worker_reads_a_context_back_across_the_link(
     assert received >= kv_bytes
     assert from_pool_s >= wire_s
     assert from_pool_s - from_device_s >= 0.75 * wire_s
+    # The worker's own timing of its pool calls shows the link (the load report's `pool_calls`): the read took at
+    # least its bytes' time on the wire, every call at least a round trip (1 ms each way).
+    before, after = calls
+    read_calls = after["read"].calls - before["read"].calls
+    read_s = after["read"].seconds - before["read"].seconds
+    print(f"the worker's pool calls: {after}")
+    assert read_calls >= 1
+    assert after["read"].pages - before["read"].pages >= pages
+    assert read_s >= 0.75 * wire_s
+    assert after["read"].recent_ms is not None
+    assert after["read"].recent_ms >= 0.75 * wire_s * 1000 / read_calls
+    for kind in ("read", "write", "lookup"):
+        assert after[kind].calls > 0
+        assert after[kind].seconds / after[kind].calls >= 2 * pool.link.delay_ms / 1000
 
 
 def _read_back(
     pool: FarPool, worker_state_dir: Path, free_ports: Callable[[], int]
-) -> tuple[dict[str, Any], float, float, int]:
+) -> tuple[dict[str, Any], float, float, int, tuple[dict[PoolCallKind, PoolCalls], dict[PoolCallKind, PoolCalls]]]:
     """A context written through to the pool, read back after `/flush_cache`, then from the device (the best of
-    two): the answer read from the pool, its time, the device's time, and the bytes that came in over the link."""
+    two): the answer read from the pool, its time, the device's time, the bytes that came in over the link, and the
+    worker's pool calls (its load report's) before the read from the pool and after it."""
     config = pool.pool_of(
         WorkerConfig(
             state_dir=worker_state_dir,
@@ -194,14 +211,22 @@ def _read_back(
             _flush(client)
 
             host_if = f"sg-{pool.link.name}-h"
+            calls_before = _pool_calls(client)
             received = _rx_bytes(host_if)
             from_pool, from_pool_s = _timed(client, messages)
             received = _rx_bytes(host_if) - received
+            calls_after = _pool_calls(client)
             on_device = [_timed(client, messages) for _ in range(2)]
     finally:
         worker.stop()
     assert [answer["sglext"]["cached_tokens_details"]["storage"] for answer, _ in on_device] == [0, 0]
-    return from_pool, from_pool_s, min(seconds for _, seconds in on_device), received
+    return from_pool, from_pool_s, min(seconds for _, seconds in on_device), received, (calls_before, calls_after)
+
+
+def _pool_calls(client: httpx.Client) -> dict[PoolCallKind, PoolCalls]:
+    response = client.get(LOAD_PATH)
+    assert response.status_code == 200, response.text
+    return dict(LoadReport.model_validate(response.json()).pool_calls)
 
 
 def _timed(client: httpx.Client, messages: list[dict[str, Any]]) -> tuple[dict[str, Any], float]:

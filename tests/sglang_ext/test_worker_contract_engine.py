@@ -196,6 +196,7 @@ def test_a_prefix_under_the_storage_threshold_is_no_storage_hit(pair: Pair) -> N
 def test_a_prefix_over_the_storage_threshold_comes_from_the_pool_on_another_worker(pair: Pair) -> None:
     messages = system("long", 40)
     before = pair.pool_size()
+    a_before, b_before = _load(pair.a).pool_calls, _load(pair.b).pool_calls
     computed = tiers(chat(pair.a, messages))
     assert reusable(computed.prompt) >= STORAGE_THRESHOLD
     pair.wait_written(before)
@@ -203,6 +204,18 @@ def test_a_prefix_over_the_storage_threshold_comes_from_the_pool_on_another_work
     # A's device is A's own: B finds the prompt in the pool only.
     assert (elsewhere.device, elsewhere.host) == (0, 0)
     assert elsewhere.storage == elsewhere.cached == reusable(computed.prompt)
+    # Both timed their calls to the pool (the load report's `pool_calls`): A's write-through of the prompt's pages,
+    # B's lookup of them and its read.
+    a_after, b_after = _load(pair.a).pool_calls, _load(pair.b).pool_calls
+    assert a_after["write"].pages - a_before["write"].pages >= reusable(computed.prompt) // PAGE
+    assert a_after["write"].seconds > a_before["write"].seconds
+    assert b_after["lookup"].calls > b_before["lookup"].calls
+    read = b_after["read"]
+    assert read.calls > b_before["read"].calls
+    assert read.pages - b_before["read"].pages >= elsewhere.storage // PAGE
+    assert read.seconds > b_before["read"].seconds
+    assert read.recent_ms is not None
+    assert read.recent_ms > 0
 
 
 def _load(client: httpx.Client) -> LoadReport:

@@ -13,6 +13,8 @@ from sessiongate.gateway.shared import SharedState
 from sessiongate.gateway.workers.pool import Worker
 from sessiongate.sessions import StoreHealth
 
+from .pool_metrics import WorkerPoolCollector
+
 __all__ = ["AdvisoryCollector", "GatewayMetrics"]
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -129,6 +131,9 @@ class GatewayMetrics:
         self._store_unavailable_seen = 0
         self.advisories = AdvisoryCollector()
         self.registry.register(self.advisories)
+        # Each worker's calls to its shared KV pool (the link to the pool is visible nowhere else).
+        self.worker_pool = WorkerPoolCollector()
+        self.registry.register(self.worker_pool)
         # Label children by their values: `labels()` takes a lock and builds a key on every call, per request.
         self._requests_by: dict[tuple[str, int], Counter] = {}
         self._turns_by: dict[tuple[str, str], Counter] = {}
@@ -163,7 +168,7 @@ class GatewayMetrics:
 
     def observe_worker(self, worker: Worker) -> None:
         """Set the worker's gauges (when `/metrics` is scraped): its health and in-flight count here, and its queue,
-        KV use and prefetches from its latest load report (none before its first)."""
+        KV use, prefetches and pool calls from its latest load report (none before its first)."""
         self.in_flight.labels(worker.id).set(worker.in_flight)
         self.worker_up.labels(worker.id).set(1 if worker.healthy and not worker.draining else 0)
         report = worker.load
@@ -176,6 +181,7 @@ class GatewayMetrics:
         self.worker_prefetches.labels(worker.id).set(report.prefetches_in_flight)
         for rank, tokens in report.prefetch_evicted_tokens.items():
             self.prefetch_evicted.labels(worker.id, rank).set(tokens)
+        self.worker_pool.reports[worker.id] = report.pool_calls
 
     def watch_advisories(self, stats: AdvisoryStats) -> None:
         """Report this advisor's figures (the app calls it once its advisor exists)."""

@@ -14,6 +14,9 @@ mid-write leaves only the temporary file (a page torn some other way fails its d
 names is tagged (`<model>-xxh3`, `page_digest.MODEL_TAG`), so unchecked pages, or pages with the earlier CRC-32
 trailer, in the same directory are never read.
 
+Each batch call SGLang (or the extension) makes, a get, a set or an existence check, is timed into `pool_timing`
+(`sglang_ext.pool_timing`; the load report's `pool_calls`): a pool directory on a slow or remote file system shows.
+
 SGLang loads it through its `dynamic` storage backend (`sglang_ext.launcher` does that for the `file` pool, the
 default); it runs in each scheduler process.
 """
@@ -31,6 +34,7 @@ import torch
 from sglang.srt.mem_cache.hicache_storage import HiCacheFile, HiCacheStorageConfig
 
 from sessiongate.sglang_ext.internals.page_digest import TRAILER, Rejections, pack_trailer, problem, tagged_model_name
+from sessiongate.sglang_ext.pool_timing import PoolTiming
 
 __all__ = ["CheckedFileStore"]
 
@@ -52,11 +56,26 @@ class CheckedFileStore(HiCacheFile):  # type: ignore[misc]
         tagged = dataclasses.replace(storage_config, model_name=tagged_model_name(storage_config.model_name))
         super().__init__(tagged)
         self._rejections = Rejections(logger)
+        self.pool_timing = PoolTiming()
 
     @property
     def pages_rejected(self) -> int:
         """Pages read since start that failed verification (each a miss)."""
         return self._rejections.count
+
+    # The batch calls SGLang's cache controller makes (`_generic_page_get`, `_generic_page_set`, `_storage_hit_query`)
+    # and the extension's pool probe, each timed whole.
+
+    def batch_get(self, keys: list[str], target_locations: Any = None, target_sizes: Any = None) -> Any:
+        return self.pool_timing.read.timed(len(keys), super().batch_get, keys, target_locations, target_sizes)
+
+    def batch_set(
+        self, keys: list[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
+    ) -> Any:
+        return self.pool_timing.write.timed(len(keys), super().batch_set, keys, values, target_locations, target_sizes)
+
+    def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+        return int(self.pool_timing.lookup.timed(len(keys), super().batch_exists, keys, extra_info))
 
     def _path(self, suffixed_key: str) -> str:
         return os.path.join(self.file_path, f"{suffixed_key}.bin")

@@ -19,6 +19,10 @@ client, which first tries to reconnect and only then fails with `-900` (`RPC_FAI
 backend answers "not there" / "not stored" at once for `unreachable_cooldown_s` (extra config, default 30 s)
 after a call failed that way, then lets the next call try again.
 
+**Timing.** Each batch call the worker makes (`batch_get_v1`, `batch_set_v1`, `batch_exists`) is timed into
+`pool_timing` (`sglang_ext.pool_timing`; the load report's `pool_calls`): a master or storage node behind a slow or
+lossy link shows there. A call answered at once while the pool is skipped is not counted (it never reached it).
+
 SGLang loads it through its `dynamic` storage backend with `interface_v1` (the zero-copy calls it uses for
 `mooncake`); `sglang_ext.launcher` does that for `WorkerConfig.storage_backend="mooncake"`.
 """
@@ -30,7 +34,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,6 +43,7 @@ from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
 from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore
 
 from sessiongate.sglang_ext.internals.page_digest import TRAILER, Rejections, pack_trailer, problem, tagged_model_name
+from sessiongate.sglang_ext.pool_timing import PoolCallTimer, PoolTiming
 
 __all__ = ["OBJECT_NOT_FOUND", "RPC_FAIL", "GuardedMooncakeStore"]
 
@@ -94,6 +99,7 @@ class GuardedMooncakeStore(MooncakeStore):  # type: ignore[misc]
         self._skip_until = 0.0
         self._skip_lock = threading.Lock()
         self._rejections = Rejections(logger)
+        self.pool_timing = PoolTiming()
         tagged = dataclasses.replace(storage_config, model_name=tagged_model_name(storage_config.model_name))
         # SGLang's `dynamic` factory passes no host pool; MooncakeStore needs one only in its
         # standalone mode, which this backend does not use.
@@ -106,6 +112,23 @@ class GuardedMooncakeStore(MooncakeStore):  # type: ignore[misc]
     def pages_rejected(self) -> int:
         """Objects read since start that failed verification (each made its page a miss)."""
         return self._rejections.count
+
+    # The batch calls SGLang's cache controller makes with `interface_v1` (`_page_get_zero_copy`,
+    # `_page_set_zero_copy`, `_storage_hit_query`) and the extension's pool probe, each timed whole.
+
+    def batch_get_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> Any:
+        return self._timed(self.pool_timing.read, len(keys), super().batch_get_v1, keys, host_indices, extra_info)
+
+    def batch_set_v1(self, keys: list[str], host_indices: Any, extra_info: Any = None) -> Any:
+        return self._timed(self.pool_timing.write, len(keys), super().batch_set_v1, keys, host_indices, extra_info)
+
+    def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+        return int(self._timed(self.pool_timing.lookup, len(keys), super().batch_exists, keys, extra_info))
+
+    def _timed(self, timer: PoolCallTimer, pages: int, call: Callable[..., Any], *args: Any) -> Any:
+        if self._skipping():
+            return call(*args)  # answered at once, without asking the pool
+        return timer.timed(pages, call, *args)
 
     def _skipping(self) -> bool:
         return time.monotonic() < self._skip_until

@@ -6,7 +6,8 @@ It holds the scheduler's prefetches (`prefetch_jobs`), the session KV operations
 fate of KV (`kv_fate.KVFate`, ranked into SGLang's own eviction by `kv_ops`): pages a prefetch brought in are
 marked prefetched-unused (the prefetch's priority until its ttl passes, then the lowest); `retain` raises a
 session's pages for a while; `drop` removes the session's own pages from every tier. Marks that no longer
-matter are swept from the tick, which also samples the engine's counters for the load report.
+matter are swept from the tick, which also samples the engine's counters for the load report (with the pool
+backend's own: its rejected pages and the timing of its calls, `pool_timing`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from sessiongate.sglang_ext.kv_fate import KVFate
 from sessiongate.sglang_ext.load_metrics import LoadGauges
 from sessiongate.sglang_ext.pool_janitor import PoolJanitor
 from sessiongate.sglang_ext.pool_probe import PoolProbe
+from sessiongate.sglang_ext.pool_timing import PoolTiming
 from sessiongate.sglang_ext.prefetch_book import PrefetchRecord
-from sessiongate.sglang_ext.protocol import NO_KEEP_RID_PREFIX
+from sessiongate.sglang_ext.protocol import NO_KEEP_RID_PREFIX, PoolCallKind
 from sessiongate.sglang_ext.rate_meter import RateMeter
 
 __all__ = ["SchedulerExtension"]
@@ -177,12 +179,18 @@ class SchedulerExtension:
         controller = getattr(self._cache, "cache_controller", None)
         host_total = host_used = None
         rejected = 0
+        pool_calls: dict[PoolCallKind, dict[str, Any]] = {}
         if controller is not None:
             host_pool = controller.mem_pool_host
             host_total = int(host_pool.size)
             host_used = host_total - int(host_pool.available_size())
-            # Sessiongate's verified pools count what failed (`page_digest.Rejections`).
-            rejected = int(getattr(getattr(controller, "storage_backend", None), "pages_rejected", 0))
+            backend = getattr(controller, "storage_backend", None)
+            # Sessiongate's verified pools count what failed (`page_digest.Rejections`) and time their calls
+            # (`pool_timing`).
+            rejected = int(getattr(backend, "pages_rejected", 0))
+            timing = getattr(backend, "pool_timing", None)
+            if isinstance(timing, PoolTiming):
+                pool_calls = timing.report()
         return {
             "device_kv_tokens_cached": int(self._cache.evictable_size()),
             "host_kv_tokens_total": host_total,
@@ -190,6 +198,7 @@ class SchedulerExtension:
             "prefetches_in_flight": self.prefetches.in_flight(),
             "prefetch_evicted_tokens": dict(self.prefetches.evicted_for_prefetch),
             "pool_pages_rejected": rejected,
+            "pool_calls": pool_calls,
             "prefill_tokens_per_s": self._prefill.rate(self._prefill.clock),
             "decode_tokens_per_s": self._decode.rate(self._decode.clock),
         }
