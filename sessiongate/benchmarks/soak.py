@@ -111,7 +111,7 @@ FAULTS = (
     ),
     Fault(
         "pool link 50 ms, 5% loss",
-        "(none on the gateway: answers unchanged, prefetches slower)",
+        "sessiongate_worker_pool_mean_call_seconds >= 3x before (and >= 50 ms)",
         lambda c: c.net.shape("mc", 50, 5),
         lambda c: c.net.shape("mc", 0, 0),
     ),
@@ -372,6 +372,12 @@ def _visible(fault: dict[str, Any], samples: list[dict[str, Any]], cluster: Netn
             for m in s["metrics"].values()
         )
         return stuck or (bool(window) and bool(before) and max(refused(s) for s in window) > refused(before[-1]))
+    if "pool link" in name:
+        before_max = _pool_call_means(before[-15:])  # about 30 s of samples
+        return any(
+            seconds >= max(0.05, 3 * before_max.get(series, 0.0))
+            for series, seconds in _pool_call_means(window).items()
+        )
     if "gateway" in name:
 
         def served(s: dict[str, Any]) -> float | None:
@@ -383,6 +389,18 @@ def _visible(fault: dict[str, Any], samples: list[dict[str, Any]], cluster: Netn
         seen = [served(s) for s in [*before[-1:], *window]]
         return None in seen or any(b is not None and a is not None and b < a for a, b in itertools.pairwise(seen))
     return False
+
+
+def _pool_call_means(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """The highest recent mean time per pool call in `samples`, per worker and kind of call (read, write, lookup),
+    from either replica's /metrics (each worker's load report)."""
+    out: dict[str, float] = {}
+    for sample in samples:
+        for scraped in sample["metrics"].values():
+            for key, value in (scraped or {}).items():
+                if key.startswith("sessiongate_worker_pool_mean_call_seconds{"):
+                    out[key] = max(out.get(key, 0.0), value)
+    return out
 
 
 async def _store_rows(database_url: str) -> list[tuple[str, str, str]]:

@@ -73,3 +73,18 @@ def test_a_database_cut_is_visible_by_a_store_call_stuck_even_without_a_503() ->
     assert _visible(fault, quiet, cluster=None) is False  # type: ignore[arg-type]
     assert _visible(fault, stuck, cluster=None) is True  # type: ignore[arg-type]
     assert _visible(fault, refused, cluster=None) is True  # type: ignore[arg-type]
+
+
+def test_a_slow_pool_link_is_visible_by_the_workers_pool_call_times() -> None:
+    fault = {"name": "pool link 50 ms, 5% loss", "start": 40.0, "end": 50.0}
+    key = 'sessiongate_worker_pool_mean_call_seconds{op="write",worker="w1"}'
+
+    def at(t: float, seconds: float | None) -> dict[str, Any]:
+        return {"t": t, "metrics": {"gw1": {} if seconds is None else {key: seconds}, "gw2": None}}
+
+    usual = [at(t, 0.004) for t in (30.0, 34.0, 38.0)]
+    assert _visible(fault, [*usual, at(44.0, 2.8)], cluster=None) is True  # type: ignore[arg-type]
+    assert _visible(fault, [*usual, at(44.0, 0.006)], cluster=None) is False  # type: ignore[arg-type]
+    assert _visible(fault, [*usual, at(44.0, None)], cluster=None) is False  # type: ignore[arg-type]
+    # A pool that was already slow before is not made visible by staying as slow.
+    assert _visible(fault, [at(38.0, 0.3), at(44.0, 0.35)], cluster=None) is False  # type: ignore[arg-type]
