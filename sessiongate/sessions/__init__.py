@@ -27,6 +27,7 @@ from .protocol import SessionStore
 from .records import (
     AdvisoryRecord,
     ApiKeyRecord,
+    IdempotencyHolder,
     IdempotencyRecord,
     InstanceLease,
     MissedTurn,
@@ -47,6 +48,7 @@ __all__ = [
     "AdvisoryRecord",
     "ApiKeyNotFound",
     "ApiKeyRecord",
+    "IdempotencyHolder",
     "IdempotencyRecord",
     "InstanceLease",
     "InvalidTransition",
