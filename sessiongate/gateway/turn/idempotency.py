@@ -8,10 +8,10 @@ with the answer (and its turn id), when it fails the key is released so the retr
 - a key still pending: 409, retry shortly (a duplicate that races the first never makes a second turn);
 - the same key with a different request: 400.
 The claim names its holder, this gateway's instance id and run. A pending key whose gateway died is taken over as
-soon as the store sees that gateway's instance lease lapse (`instance_lease_s` without a heartbeat, or at once
-when the instance restarted as a new run), and in any case once older than `upstream_read_timeout_s` (no turn can
-still be running behind it). A gateway that lost its key that way writes no answer to it and does not release it.
-The store holds the claims and the leases, so this holds across replicas sharing it.
+soon as the store sees that gateway's instance lease end (`instance_lease_s` without a heartbeat; at once when the
+instance restarted as a new run or released its lease), and in any case once older than `upstream_read_timeout_s`
+(no turn can still be running behind it). A gateway that lost its key that way writes no answer to it and does
+not release it. The store holds the claims and the leases, so this holds across replicas sharing it.
 """
 
 from __future__ import annotations
