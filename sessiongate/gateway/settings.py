@@ -107,7 +107,8 @@ class GatewaySettings(EnvSettings):
     containers or network namespaces, differ by address)."""
     instance_lease_s: float = Field(10.0, gt=0)
     """The instance id is leased in the store and renewed every third of this: a gateway refuses to start while
-    another live process holds its id; a crashed holder's lease is taken over after this (at once on its host)."""
+    another live process holds its id; a crashed holder's lease is taken over after this (at once on its host), and
+    so are the pending `Idempotency-Key`s it held, by the clients' retries on any replica."""
     admin_key: str = ""
     """The admin API's key, separate from client keys; empty disables the admin API."""
     worker_api_key: str = ""

@@ -27,6 +27,7 @@ from .protocol import SessionStore
 from .records import (
     AdvisoryRecord,
     ApiKeyRecord,
+    IdempotencyHolder,
     IdempotencyRecord,
     InstanceLease,
     MissedTurn,
@@ -48,6 +49,7 @@ __all__ = [
     "AdvisoryRecord",
     "ApiKeyNotFound",
     "ApiKeyRecord",
+    "IdempotencyHolder",
     "IdempotencyRecord",
     "InstanceLease",
     "InvalidTransition",

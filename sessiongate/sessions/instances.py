@@ -4,7 +4,8 @@ A run claims its id at start-up and renews `heartbeat_at` while it serves. A cla
 when its holder's heartbeat is older than `stale_before` (the holder stopped), or when the caller vouches that
 the holder is dead (`holder_dead`: the gateway checks a holder on its own host by pid); otherwise the holder is
 returned and the caller must not serve. Take-overs are conditional UPDATEs on the holder's run and heartbeat, so
-of two claimers only one wins. Stopping releases the lease, so a clean restart claims it at once.
+of two claimers only one wins. Stopping releases the lease, so a clean restart claims it at once. The lease also
+tells whether the holder of a pending idempotency key still lives (`sessions.idempotency`).
 """
 
 from __future__ import annotations

@@ -115,9 +115,11 @@ class ApiKey(Base):
 
 
 class IdempotencyKey(Base):
-    """A client's `Idempotency-Key` on a chat request, per tenant: the request's hash, and once the turn ended
-    well, its turn and the response to replay. A pending row is a request in progress (or one whose gateway
-    died: it may be taken over once older than the caller's staleness bound)."""
+    """A client's `Idempotency-Key` on a chat request, per tenant: the request's hash, the gateway process holding
+    it (its instance id and run, as in `gateway_instances`), and once the turn ended well, its turn and the
+    response to replay. A pending row is a request in progress, or one whose gateway died: it may be taken over
+    once its holder's instance lease is gone or stale, or once older than the caller's staleness bound
+    (`sessions.idempotency`). The holder is NULL on rows claimed before it was recorded (revision 0008)."""
 
     __tablename__ = "idempotency_keys"
     __table_args__ = (Index(None, "created_at"),)
@@ -129,6 +131,8 @@ class IdempotencyKey(Base):
     created_at: Mapped[datetime]
     turn_id: Mapped[str | None] = mapped_column(String(64), ForeignKey("turns.id", ondelete="CASCADE"))
     response: Mapped[dict[str, Any] | None] = mapped_column(NullableJSON)
+    holder_instance: Mapped[str | None] = mapped_column(String(256))
+    holder_run: Mapped[str | None] = mapped_column(String(64))
 
 
 class Session(Base):

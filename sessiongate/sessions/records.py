@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 __all__ = [
     "AdvisoryRecord",
     "ApiKeyRecord",
+    "IdempotencyHolder",
     "IdempotencyRecord",
     "InstanceLease",
     "MissedTurn",
@@ -105,8 +106,18 @@ class ApiKeyRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class IdempotencyHolder:
+    """The gateway process holding an idempotency key: its instance id and run, whose lease (`InstanceLease`) tells
+    whether it is still alive."""
+
+    instance: str
+    run: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class IdempotencyRecord:
-    """An idempotency key already claimed: "pending" (in progress) or "done" (with the response to replay)."""
+    """An idempotency key already claimed: "pending" (in progress) or "done" (with the response to replay).
+    `holder`: who claimed it; None on a key claimed before holders were recorded."""
 
     tenant_id: str
     key: str
@@ -115,6 +126,7 @@ class IdempotencyRecord:
     created_at: datetime
     turn_id: str | None
     response: dict[str, Any] | None
+    holder: IdempotencyHolder | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,7 +39,10 @@ if _UNAVAILABLE is not None:
     pytest.skip(_WHY, allow_module_level=True)
 
 READ_TIMEOUT_S = 20.0
-"""The replicas' `UPSTREAM_READ_TIMEOUT_S`: after it a dead replica's pending idempotency key is taken over."""
+"""The replicas' `UPSTREAM_READ_TIMEOUT_S`: after it any pending idempotency key is taken over."""
+INSTANCE_LEASE_S = 4.0
+"""The replicas' `INSTANCE_LEASE_S`: after it without a heartbeat a dead replica's pending idempotency key is taken
+over. Well below the read timeout, so the test tells the two apart."""
 HEALTH_BOUND_S = 2 * (0.5 + 1.0) + 2.0
 """How soon a worker that stopped answering leaves routing: two failed checks (interval 0.5 s, timeout 1 s) and
 slack for this shared machine."""
@@ -50,7 +53,11 @@ def cluster() -> Iterator[NetnsCluster]:
     root = Path(tempfile.mkdtemp(prefix="sessiongate-netns-"))  # outside pytest's 0700 dirs: postgres enters it
     root.chmod(0o755)
     name = f"t{os.getpid() % 100000}"
-    with NetnsCluster(name, root, gateway_env={"SESSIONGATE_UPSTREAM_READ_TIMEOUT_S": str(READ_TIMEOUT_S)}) as made:
+    gateway_env = {
+        "SESSIONGATE_UPSTREAM_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
+        "SESSIONGATE_INSTANCE_LEASE_S": str(INSTANCE_LEASE_S),
+    }
+    with NetnsCluster(name, root, gateway_env=gateway_env) as made:
         print(f"cluster {name} started in {made.started_in_s:.1f} s")
         yield made
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
@@ -346,16 +353,19 @@ def test_a_replica_killed_with_a_turn_in_flight_the_retry_makes_one_turn(healthy
             received.append(b"<cut>")
 
     thread = threading.Thread(target=first, daemon=True)
+    sent = time.monotonic()  # the key is claimed after this: the read timeout frees it READ_TIMEOUT_S later at best
     thread.start()
     deadline = time.monotonic() + 30
     while len(received) < 3:
         assert time.monotonic() < deadline, "the first request did not stream"
         time.sleep(0.02)
     cluster.net.signal("gw1", signal.SIGKILL)  # the replica dies with the turn in flight
+    killed = time.monotonic()
     thread.join(30)
     assert b"[DONE]" not in b"".join(received)
 
-    # The client retries on the other replica with the same key until it is answered: one turn, not two.
+    # The client retries on the other replica with the same key until it is answered: one turn, not two, and as
+    # soon as the dead replica's lease lapses, not after the read timeout.
     statuses: list[int] = []
     deadline = time.monotonic() + READ_TIMEOUT_S + 30
     while True:
@@ -364,6 +374,7 @@ def test_a_replica_killed_with_a_turn_in_flight_the_retry_makes_one_turn(healthy
         ) as retry:
             statuses.append(retry.status_code)
             if retry.status_code == 200:
+                answered = time.monotonic()
                 text = retry.read().decode()
                 break
             assert retry.status_code == 409, retry.read()
@@ -371,7 +382,12 @@ def test_a_replica_killed_with_a_turn_in_flight_the_retry_makes_one_turn(healthy
         assert time.monotonic() < deadline, statuses
         time.sleep(1)
     assert "[DONE]" in text
-    print(f"retries on the other replica: {len(statuses)} ({statuses[0]} first, then {statuses[-1]})")
+    print(
+        f"retries on the other replica: {len(statuses)} ({statuses[0]} first, then {statuses[-1]}), "
+        f"answered {answered - killed:.1f} s after the kill"
+    )
+    assert answered - sent < READ_TIMEOUT_S  # the dead replica's lease freed the key, not the read timeout
+    assert answered - killed < INSTANCE_LEASE_S + 5  # the lease, a retry's second and slack for the loaded machine
     replay = httpx.post(f"{cluster.gateway_url('gw2')}/v1/chat/completions", json=body, headers=headers, timeout=60)
     assert replay.headers["idempotent-replayed"] == "true"  # a third try gets the same answer, no new turn
 

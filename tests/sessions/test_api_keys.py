@@ -58,32 +58,3 @@ async def test_tenant_limit_overrides(store: SqlSessionStore) -> None:
     assert [t.id for t in await store.list_tenants(with_overrides=True)] == ["acme"]
     # The tenant's keys are untouched by its limits.
     assert [k.tenant_id for k in await store.list_api_keys(tenant_id="globex")] == ["globex"]
-
-
-async def test_idempotency_keys_older_than_the_cutoff_are_deleted(store: SqlSessionStore) -> None:
-    old, new = datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 1, 3, tzinfo=UTC)
-    for key, at in (("old-pending", old), ("old-done", old), ("new-done", new)):
-        assert (
-            await store.claim_idempotency_key(tenant_id="default", key=key, request_hash="h", now=at, stale_before=at)
-            is None
-        )
-    await store.create_session(session_id="s-idem")
-    for key in ("old-done", "new-done"):
-        turn = await store.begin_turn(
-            "s-idem", tenant_id="default", messages=[{"role": "user", "content": key}], request={}, received_at=new
-        )
-        await store.complete_idempotency_key(tenant_id="default", key=key, turn_id=turn.id, response={"body": {}})
-
-    assert await store.delete_idempotency_keys(created_before=datetime(2025, 1, 2, tzinfo=UTC)) == 2
-    assert await store.delete_idempotency_keys(created_before=datetime(2025, 1, 2, tzinfo=UTC)) == 0
-    # The young key still replays; the deleted ones can be claimed anew.
-    kept = await store.claim_idempotency_key(
-        tenant_id="default", key="new-done", request_hash="h", now=new, stale_before=old
-    )
-    assert kept is not None
-    assert kept.status == "done"
-    for key in ("old-pending", "old-done"):
-        assert (
-            await store.claim_idempotency_key(tenant_id="default", key=key, request_hash="h", now=new, stale_before=old)
-            is None
-        )

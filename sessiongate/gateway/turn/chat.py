@@ -170,7 +170,9 @@ async def _chat_turn(
         tenant_id=tenant_id,
         body=body,
         session_headers=[request.headers.get(h) for h in SESSION_HEADERS],
+        holder=sessions.IdempotencyHolder(instance=state.instance, run=state.run),
         stale_after_s=state.settings.upstream_read_timeout_s,
+        lease_s=state.settings.instance_lease_s,
     )
     if isinstance(claim, Response):
         guards.admission.release()

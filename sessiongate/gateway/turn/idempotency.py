@@ -7,8 +7,11 @@ with the answer (and its turn id), when it fails the key is released so the retr
   request streams), with `idempotent-replayed: true`;
 - a key still pending: 409, retry shortly (a duplicate that races the first never makes a second turn);
 - the same key with a different request: 400.
-A pending key whose gateway died is taken over once older than `upstream_read_timeout_s` (no turn can still be
-running behind it). The store holds the claim, so this holds across replicas sharing it.
+The claim names its holder, this gateway's instance id and run. A pending key whose gateway died is taken over as
+soon as the store sees that gateway's instance lease end (`instance_lease_s` without a heartbeat; at once when the
+instance restarted as a new run or released its lease), and in any case once older than `upstream_read_timeout_s`
+(no turn can still be running behind it). A gateway that lost its key that way writes no answer to it and does
+not release it. The store holds the claims and the leases, so this holds across replicas sharing it.
 """
 
 from __future__ import annotations
@@ -46,20 +49,24 @@ class Claim:
     store: sessions.SessionStore
     tenant_id: str
     key: str
+    holder: sessions.IdempotencyHolder
     stream: bool
 
     async def complete(self, turn_id: str, body: dict[str, Any], headers: dict[str, str]) -> None:
         response = {"stream": self.stream, "body": body, "headers": headers}
         try:
-            await self.store.complete_idempotency_key(
-                tenant_id=self.tenant_id, key=self.key, turn_id=turn_id, response=response
+            completed = await self.store.complete_idempotency_key(
+                tenant_id=self.tenant_id, key=self.key, holder=self.holder, turn_id=turn_id, response=response
             )
         except sessions.StoreError as exc:
             log.error("idempotency_key_not_recorded", error=str(exc))
+            return
+        if not completed:  # this gateway's lease lapsed and a retry took the key over: the retry's answer is replayed
+            log.warning("idempotency_key_lost", turn_id=turn_id)
 
     async def release(self) -> None:
         try:
-            await self.store.release_idempotency_key(tenant_id=self.tenant_id, key=self.key)
+            await self.store.release_idempotency_key(tenant_id=self.tenant_id, key=self.key, holder=self.holder)
         except sessions.StoreError as exc:
             log.error("idempotency_key_not_released", error=str(exc))
 
@@ -84,9 +91,14 @@ async def claim_idempotency(
     tenant_id: str,
     body: dict[str, Any],
     session_headers: Sequence[str | None],
+    holder: sessions.IdempotencyHolder,
     stale_after_s: float,
+    lease_s: float,
 ) -> Claim | Response | None:
-    """None without the header; a `Claim` when this request runs the turn; a replay `Response` otherwise."""
+    """None without the header; a `Claim` when this request runs the turn; a replay `Response` otherwise.
+
+    `holder`: this gateway process; `lease_s`: how long an instance lease lasts without a heartbeat (a pending key's
+    holder silent that long is dead); `stale_after_s`: how long after its claim any pending key is taken over."""
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None:
         return None
@@ -102,11 +114,13 @@ async def claim_idempotency(
         tenant_id=tenant_id,
         key=key,
         request_hash=digest,
+        holder=holder,
         now=now,
         stale_before=now - timedelta(seconds=stale_after_s),
+        holder_stale_before=now - timedelta(seconds=lease_s),
     )
     if existing is None:
-        return Claim(store, tenant_id, key, stream=bool(body.get("stream")))
+        return Claim(store, tenant_id, key, holder, stream=bool(body.get("stream")))
     if existing.request_hash != digest:
         raise InvalidRequest(
             "This Idempotency-Key was used with a different request.",

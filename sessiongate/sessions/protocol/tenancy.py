@@ -8,7 +8,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from sessiongate.sessions.records import ApiKeyRecord, IdempotencyRecord, InstanceLease, TenantRecord, WorkerRecord
+from sessiongate.sessions.records import (
+    ApiKeyRecord,
+    IdempotencyHolder,
+    IdempotencyRecord,
+    InstanceLease,
+    TenantRecord,
+    WorkerRecord,
+)
 
 __all__ = ["ApiKeysStore", "IdempotencyStore", "InstancesStore", "TenantsStore", "WorkersStore"]
 
@@ -70,20 +77,33 @@ class TenantsStore(Protocol):
 
 
 class IdempotencyStore(Protocol):
-    """Idempotency keys: claimed by a request, completed with its response, or released."""
+    """Idempotency keys: claimed by a request, completed with its response, or released; each claim held by the
+    gateway process serving it (`sessions.idempotency`)."""
 
     async def claim_idempotency_key(
-        self, *, tenant_id: str, key: str, request_hash: str, now: datetime, stale_before: datetime
+        self,
+        *,
+        tenant_id: str,
+        key: str,
+        request_hash: str,
+        holder: IdempotencyHolder,
+        now: datetime,
+        stale_before: datetime,
+        holder_stale_before: datetime,
     ) -> IdempotencyRecord | None:
-        """None if this caller now holds the key; else the existing claim (pending, or done with a response)."""
+        """None if `holder` now holds the key; else the existing claim (pending, or done with a response). A pending
+        claim of the same request is taken over when its holder is dead (its instance lease gone, held by another
+        run, or renewed before `holder_stale_before`) or when it was claimed before `stale_before`."""
         ...
 
     async def complete_idempotency_key(
-        self, *, tenant_id: str, key: str, turn_id: str, response: Mapping[str, Any]
-    ) -> None: ...
+        self, *, tenant_id: str, key: str, holder: IdempotencyHolder, turn_id: str, response: Mapping[str, Any]
+    ) -> bool:
+        """Record the response to replay; False, writing nothing, when `holder` lost the key to a takeover."""
+        ...
 
-    async def release_idempotency_key(self, *, tenant_id: str, key: str) -> None:
-        """Forget a pending claim (its request failed), so a retry runs anew."""
+    async def release_idempotency_key(self, *, tenant_id: str, key: str, holder: IdempotencyHolder) -> None:
+        """Forget a pending claim `holder` still holds (its request failed), so a retry runs anew."""
         ...
 
     async def delete_idempotency_keys(self, *, created_before: datetime) -> int:

@@ -20,7 +20,14 @@ from sessiongate.sessions.protocol.tenancy import (
     TenantsStore,
     WorkersStore,
 )
-from sessiongate.sessions.records import ApiKeyRecord, IdempotencyRecord, InstanceLease, TenantRecord, WorkerRecord
+from sessiongate.sessions.records import (
+    ApiKeyRecord,
+    IdempotencyHolder,
+    IdempotencyRecord,
+    InstanceLease,
+    TenantRecord,
+    WorkerRecord,
+)
 
 from .transactions import StoreTransactions
 
@@ -117,7 +124,15 @@ class SqlIdempotency(StoreTransactions):
     """`IdempotencyStore` on SQL."""
 
     async def claim_idempotency_key(
-        self, *, tenant_id: str, key: str, request_hash: str, now: datetime, stale_before: datetime
+        self,
+        *,
+        tenant_id: str,
+        key: str,
+        request_hash: str,
+        holder: IdempotencyHolder,
+        now: datetime,
+        stale_before: datetime,
+        holder_stale_before: datetime,
     ) -> IdempotencyRecord | None:
         async with self._transaction() as db:
             return await idempotency.claim(
@@ -126,19 +141,23 @@ class SqlIdempotency(StoreTransactions):
                 tenant_id=tenant_id,
                 key=key,
                 request_hash=request_hash,
+                holder=holder,
                 now=cv.aware(now, "now"),
                 stale_before=cv.aware(stale_before, "stale_before"),
+                holder_stale_before=cv.aware(holder_stale_before, "holder_stale_before"),
             )
 
     async def complete_idempotency_key(
-        self, *, tenant_id: str, key: str, turn_id: str, response: Mapping[str, Any]
-    ) -> None:
+        self, *, tenant_id: str, key: str, holder: IdempotencyHolder, turn_id: str, response: Mapping[str, Any]
+    ) -> bool:
         async with self._transaction() as db:
-            await idempotency.complete(db, tenant_id=tenant_id, key=key, turn_id=turn_id, response=response)
+            return await idempotency.complete(
+                db, tenant_id=tenant_id, key=key, holder=holder, turn_id=turn_id, response=response
+            )
 
-    async def release_idempotency_key(self, *, tenant_id: str, key: str) -> None:
+    async def release_idempotency_key(self, *, tenant_id: str, key: str, holder: IdempotencyHolder) -> None:
         async with self._transaction() as db:
-            await idempotency.release(db, tenant_id=tenant_id, key=key)
+            await idempotency.release(db, tenant_id=tenant_id, key=key, holder=holder)
 
     async def delete_idempotency_keys(self, *, created_before: datetime) -> int:
         async with self._transaction() as db:
