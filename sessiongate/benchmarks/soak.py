@@ -283,25 +283,29 @@ def _metrics(text_: str) -> dict[str, float]:
     return out
 
 
-def _pss_mb(pids: list[int]) -> float:
+def _pss_mb(pids: list[int]) -> tuple[float, float]:
     """The node's memory: the processes' proportional set sizes summed (a page that n of them share counts 1/n
-    in each), so PostgreSQL's shared buffers count once, not once per backend as summed RSS would."""
-    total = 0
+    in each, so PostgreSQL's shared buffers count once, not once per backend as summed RSS would), and the part
+    of it in shared memory (`Pss_Shmem`: PostgreSQL's shared buffers, a fixed region that fills as the database
+    is read, not an allocation that grows)."""
+    pss = shmem = 0
     for pid in pids:
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-                    break
-    return round(total / 1024, 1)
+                    pss += int(line.split()[1])
+                elif line.startswith("Pss_Shmem:"):
+                    shmem += int(line.split()[1])
+    return round(pss / 1024, 1), round(shmem / 1024, 1)
 
 
 async def _sampler(cluster: NetnsCluster, config: SoakConfig, run: Run, stop: asyncio.Event) -> None:
     async with httpx.AsyncClient(timeout=3) as client:
         while not stop.is_set():
-            sample: dict[str, Any] = {"t": run.now(), "answered": len(run.answered), "pss_mb": {}, "metrics": {}}
+            sample: dict[str, Any] = {"t": run.now(), "answered": len(run.answered), "metrics": {}}
+            sample["pss_mb"], sample["shmem_mb"] = {}, {}
             for role in NODES:
-                sample["pss_mb"][role] = _pss_mb(cluster.net.pids(role))
+                sample["pss_mb"][role], sample["shmem_mb"][role] = _pss_mb(cluster.net.pids(role))
             for role in ("gw1", "gw2"):
                 try:
                     scraped = await client.get(f"{cluster.gateway_url(role)}/metrics")
@@ -495,25 +499,33 @@ def _spot_summary(checks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _own_mb(sample: dict[str, Any], role: str) -> float:
+    """A node's memory less its shared memory: what its processes allocated for themselves."""
+    return float(sample["pss_mb"][role] - sample.get("shmem_mb", {}).get(role, 0.0))
+
+
 def _memory_growth(samples: list[dict[str, Any]], config: SoakConfig) -> dict[str, dict[str, Any]]:
-    """Per node: PSS first, after the warm-up and last (MB), the growth after the warm-up, its least-squares slope
-    (MB per minute) and whether it is flat (`config.flat_tolerance`)."""
+    """Per node: PSS first, after the warm-up and last (MB), its shared memory at the end, and the growth of its
+    own memory (PSS less shared memory) after the warm-up, that growth's least-squares slope (MB per minute) and
+    whether it is flat (`config.flat_tolerance`)."""
     if not samples:
         return {}
     end = samples[-1]["t"]
     after = [s for s in samples if s["t"] >= config.warmup_share * end] or samples[-1:]
     out = {}
     for role in NODES:
-        warm, last = after[0]["pss_mb"][role], samples[-1]["pss_mb"][role]
+        warm, last = _own_mb(after[0], role), _own_mb(samples[-1], role)
         times = [s["t"] / 60 for s in after]
-        values = [s["pss_mb"][role] for s in after]
+        values = [_own_mb(s, role) for s in after]
         mean_t, mean_v = sum(times) / len(times), sum(values) / len(values)
         spread = sum((t - mean_t) ** 2 for t in times)
         slope = sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread if spread else 0.0
         out[role] = {
             "first_mb": samples[0]["pss_mb"][role],
-            "warm_mb": warm,
-            "last_mb": last,
+            "warm_mb": after[0]["pss_mb"][role],
+            "last_mb": samples[-1]["pss_mb"][role],
+            "shmem_last_mb": samples[-1].get("shmem_mb", {}).get(role, 0.0),
+            "own_warm_mb": round(warm, 1),
             "growth_after_warmup_mb": round(last - warm, 1),
             "slope_mb_per_min": round(slope, 2),
             "flat": last - warm <= config.flat_tolerance * warm,
@@ -546,16 +558,17 @@ def _markdown(report: dict[str, Any]) -> str:
     tolerance = f"{config['flat_tolerance']:.0%}"
     lines += [
         "",
-        f"Memory: PSS of each node's processes (MB); warm = the first sample after {share} of the run; flat = grew by"
-        f" at most {tolerance} of warm after it.",
+        f"Memory: PSS of each node's processes (MB), first, at warm = the first sample after {share} of the run, and"
+        " last; shared memory at the end (PostgreSQL's shared buffers); own = PSS less shared memory; flat = own"
+        f" memory grew by at most {tolerance} of its warm value after the warm-up.",
         "",
-        "| node | first | warm | last | growth after warm-up | slope after warm-up (MB/min) | flat |",
-        "|---|---|---|---|---|---|---|",
+        "| node | PSS first | PSS warm | PSS last | shared last | own growth after warm-up | own slope MB/min | flat |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for role, m in report["memory"].items():
         lines.append(
-            f"| {role} | {m['first_mb']} | {m['warm_mb']} | {m['last_mb']} | {m['growth_after_warmup_mb']:+} |"
-            f" {m['slope_mb_per_min']:+} | {m['flat']} |"
+            f"| {role} | {m['first_mb']} | {m['warm_mb']} | {m['last_mb']} | {m['shmem_last_mb']} |"
+            f" {m['growth_after_warmup_mb']:+} | {m['slope_mb_per_min']:+} | {m['flat']} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -88,3 +88,15 @@ def test_a_slow_pool_link_is_visible_by_the_workers_pool_call_times() -> None:
     assert _visible(fault, [*usual, at(44.0, None)], cluster=None) is False  # type: ignore[arg-type]
     # A pool that was already slow before is not made visible by staying as slow.
     assert _visible(fault, [at(38.0, 0.3), at(44.0, 0.35)], cluster=None) is False  # type: ignore[arg-type]
+
+
+def test_shared_memory_filling_is_not_counted_as_growth() -> None:
+    # PostgreSQL: its shared buffers fill as the turns table grows (100 -> 190 MB of PSS), its own memory holds.
+    memory = samples({"pg": [40.0 + 10 * i for i in range(10)]})
+    for i, sample in enumerate(memory):
+        sample["shmem_mb"] = {role: 0.0 for role in NODES} | {"pg": 10.0 * i}
+    growth = _memory_growth(memory, SoakConfig())
+    assert growth["pg"]["last_mb"] == 130.0
+    assert growth["pg"]["shmem_last_mb"] == 90.0
+    assert growth["pg"]["growth_after_warmup_mb"] == 0.0
+    assert growth["pg"]["flat"] is True
