@@ -53,6 +53,7 @@ from .state import GatewayState
 from .turn.admission import AdmissionConfig, FairAdmission
 from .turn.chat import chat_completions
 from .turn.limits import TenantLimits
+from .turn.loop_lag import LoopLagLimiter
 from .turn.route import ChatRoute
 from .webui.page import ui_routes
 from .wiring import start_routing
@@ -200,7 +201,10 @@ def create_app(
                     half_life_s=settings.admission_half_life_s,
                 )
             )
-            gateway_metrics.registry.register(AdmissionCollector(admission))
+            limiter = _loop_lag_limiter(admission, settings)
+            if limiter is not None:
+                stack.callback(asyncio.create_task(limiter.run()).cancel)
+            gateway_metrics.registry.register(AdmissionCollector(admission, limiter))
             state = GatewayState(
                 settings=settings,
                 http=http,
@@ -265,6 +269,20 @@ def default_instance_id(host: str, port: int) -> str:
 
 class DuplicateInstance(RuntimeError):
     """Another live gateway holds this instance id: starting would fail its in-flight turns."""
+
+
+# The active limit never goes below this many turns per worker: each worker keeps a batch to run.
+_FLOOR_PER_WORKER = 4
+
+
+def _loop_lag_limiter(admission: FairAdmission, settings: GatewaySettings) -> LoopLagLimiter | None:
+    ceiling = admission.config.max_active
+    if not ceiling or not settings.admission_loop_lag_target_ms:
+        return None
+    floor = min(ceiling, _FLOOR_PER_WORKER * max(len(settings.workers), 1))
+    return LoopLagLimiter(
+        admission, target_s=settings.admission_loop_lag_target_ms / 1000, ceiling=ceiling, floor=floor
+    )
 
 
 def _dead_on_this_host(holder: sessions.InstanceLease) -> bool:

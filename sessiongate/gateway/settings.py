@@ -90,6 +90,10 @@ class GatewaySettings(EnvSettings):
     queued or shed)."""
     admission_max_wait_s: float = Field(2.0, ge=0)
     """The predicted queue wait past which a new turn is refused at once, 429 or 503 with `Retry-After` (0: never)."""
+    admission_loop_lag_target_ms: float = Field(20.0, ge=0)
+    """The event loop's lag (how late a 20 ms timer fires) the fair queue keeps under by lowering its active limit
+    below `admission_max_active_per_worker` while the loop lags (gateway/turn/loop_lag.py): at saturation, turns
+    wait in the queue or are shed at once instead of queueing in the loop (0: a fixed limit)."""
     admission_half_life_s: float = Field(30.0, gt=0)
     """The half-life of a session's attained service (tokens served) in the fair queue's order."""
     idempotency_retention_s: float = 86_400.0

@@ -8,13 +8,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from sessiongate.gateway.turn.admission import FairAdmission
+from sessiongate.gateway.turn.loop_lag import LoopLagLimiter
 
 __all__ = ["AdmissionCollector"]
 
 
 class AdmissionCollector(Collector):
-    def __init__(self, admission: FairAdmission) -> None:
+    def __init__(self, admission: FairAdmission, limiter: LoopLagLimiter | None = None) -> None:
         self.admission = admission
+        self.limiter = limiter
 
     def collect(self) -> Iterable[Metric]:
         gate = self.admission
@@ -36,4 +38,16 @@ class AdmissionCollector(Collector):
             "sessiongate_admission_mean_active_seconds", "Recent mean time a turn spends in its active phase."
         )
         mean.add_metric([], gate.mean_active_s or 0.0)
-        return [active, waiting, started, shed, mean]
+        limit = GaugeMetricFamily(
+            "sessiongate_admission_limit",
+            "Chat turns allowed in their active phase now: the configured maximum, or less while the event loop lags.",
+        )
+        limit.add_metric([], gate.limit)
+        figures: list[Metric] = [active, waiting, started, shed, mean, limit]
+        if self.limiter is not None:
+            lag = GaugeMetricFamily(
+                "sessiongate_event_loop_lag_seconds", "How late the gateway's event loop runs a due timer, recently."
+            )
+            lag.add_metric([], self.limiter.lag_s)
+            figures.append(lag)
+        return figures

@@ -112,6 +112,7 @@ class FairAdmission:
         self._seq = itertools.count()
         self.active = 0
         self.waiting = 0
+        self._limit = config.max_active  # moved by `loop_lag.LoopLagLimiter` when one runs
         self._present_weight = 0.0  # sum of the weights of tenants with turns active or waiting
         self.mean_active_s: float | None = None
         self.mean_cost: float | None = None  # tokens a turn used, recently
@@ -132,7 +133,7 @@ class FairAdmission:
         tenant = self._tenant(tenant_id)
         scale = self._scale(now)
         tag = self._tag(tenant, session, scale)
-        if self.active < self.config.max_active and not self.waiting:
+        if self.active < self._limit and not self.waiting:
             self._charge(tenant, session, cost, scale)
             return self._start(tenant, tenant_id, session, session_id, cost, now)
         waiter = Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
@@ -152,6 +153,15 @@ class FairAdmission:
                 self._withdraw(waiter)
             raise
         return FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now)
+
+    @property
+    def limit(self) -> int:
+        """Turns allowed in their active phase now: `config.max_active`, or less while the loop lags."""
+        return self._limit
+
+    def set_limit(self, limit: int) -> None:
+        self._limit = limit
+        self._dispatch(self._clock())  # a higher limit starts waiting turns now; a lower one lets active turns end
 
     def _tag(self, tenant: TenantRecord, session: SessionRecord, scale: float) -> float:
         """A new turn's start tag: its session's service, at least the tenant's virtual time and at most
@@ -190,7 +200,7 @@ class FairAdmission:
             if other_id != tenant_id:
                 other = self._tenants[other_id]
                 others += min(other.waiting, rounds * other.weight)
-        return (own + others + 1) * self.mean_active_s / self.config.max_active
+        return (own + others + 1) * self.mean_active_s / self._limit
 
     def _over_share(self, tenant_id: str) -> bool:
         tenant = self._tenants.get(tenant_id)
@@ -314,7 +324,7 @@ class FairAdmission:
 
     def _dispatch(self, now: float) -> None:
         """Hand free slots to the next waiting turns."""
-        while self.active < self.config.max_active and self.waiting:
+        while self.active < self._limit and self.waiting:
             waiter = self._next(now)
             future = waiter.future
             waiter.started_at = now
@@ -395,4 +405,5 @@ class FairAdmission:
             "shed_429": self.shed_counts[429],
             "shed_503": self.shed_counts[503],
             "mean_active_s": self.mean_active_s if self.mean_active_s is not None else math.nan,
+            "limit": self._limit,
         }
