@@ -377,11 +377,11 @@ def _visible(fault: dict[str, Any], samples: list[dict[str, Any]], cluster: Netn
         )
         return stuck or (bool(window) and bool(before) and max(refused(s) for s in window) > refused(before[-1]))
     if "pool link" in name:
-        before_max = _pool_call_means(before[-15:])  # about 30 s of samples
-        return any(
-            seconds >= max(0.05, 3 * before_max.get(series, 0.0))
-            for series, seconds in _pool_call_means(window).items()
-        )
+        # The mean time per pool call over the fault against the 30 s before it, from the workers' cumulative
+        # counters: single slow calls (a big write on a busy machine) move a recent mean, not this.
+        during = _pool_seconds_per_call(before[-1:] + window)
+        usual = _pool_seconds_per_call([s for s in before if s["t"] >= fault["start"] - 30])
+        return any(seconds >= max(0.05, 3 * usual.get(series, 0.0)) for series, seconds in during.items())
     if "gateway" in name:
 
         def served(s: dict[str, Any]) -> float | None:
@@ -395,15 +395,26 @@ def _visible(fault: dict[str, Any], samples: list[dict[str, Any]], cluster: Netn
     return False
 
 
-def _pool_call_means(samples: list[dict[str, Any]]) -> dict[str, float]:
-    """The highest recent mean time per pool call in `samples`, per worker and kind of call (read, write, lookup),
-    from either replica's /metrics (each worker's load report)."""
-    out: dict[str, float] = {}
-    for sample in samples:
-        for scraped in sample["metrics"].values():
-            for key, value in (scraped or {}).items():
-                if key.startswith("sessiongate_worker_pool_mean_call_seconds{"):
-                    out[key] = max(out.get(key, 0.0), value)
+def _pool_seconds_per_call(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """Per worker and kind of call (read, write, lookup): the seconds per pool call made between the first and the
+    last of `samples`, from the workers' cumulative counters as a replica's /metrics shows them."""
+
+    def counters(sample: dict[str, Any]) -> dict[str, float]:
+        scraped: dict[str, float] = next((m for m in sample["metrics"].values() if m), {})
+        return {k: v for k, v in scraped.items() if k.startswith("sessiongate_worker_pool_")}
+
+    if len(samples) < 2:
+        return {}
+    first, last = counters(samples[0]), counters(samples[-1])
+    out = {}
+    for key, calls in last.items():
+        if not key.startswith("sessiongate_worker_pool_calls_total{"):
+            continue
+        seconds_key = key.replace("_calls_total{", "_call_seconds_total{", 1)
+        made = calls - first.get(key, 0.0)
+        if made > 0 and seconds_key in last:
+            series = key.split("{", 1)[1]
+            out[series] = (last[seconds_key] - first.get(seconds_key, 0.0)) / made
     return out
 
 

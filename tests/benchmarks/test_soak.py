@@ -77,17 +77,21 @@ def test_a_database_cut_is_visible_by_a_store_call_stuck_even_without_a_503() ->
 
 def test_a_slow_pool_link_is_visible_by_the_workers_pool_call_times() -> None:
     fault = {"name": "pool link 50 ms, 5% loss", "start": 40.0, "end": 50.0}
-    key = 'sessiongate_worker_pool_mean_call_seconds{op="write",worker="w1"}'
+    calls, seconds = (
+        f'sessiongate_worker_pool_{n}{{op="write",worker="w1"}}' for n in ("calls_total", "call_seconds_total")
+    )
 
-    def at(t: float, seconds: float | None) -> dict[str, Any]:
-        return {"t": t, "metrics": {"gw1": {} if seconds is None else {key: seconds}, "gw2": None}}
+    def at(t: float, made: float, spent: float) -> dict[str, Any]:
+        return {"t": t, "metrics": {"gw1": {calls: made, seconds: spent}, "gw2": None}}
 
-    usual = [at(t, 0.004) for t in (30.0, 34.0, 38.0)]
-    assert _visible(fault, [*usual, at(44.0, 2.8)], cluster=None) is True  # type: ignore[arg-type]
-    assert _visible(fault, [*usual, at(44.0, 0.006)], cluster=None) is False  # type: ignore[arg-type]
-    assert _visible(fault, [*usual, at(44.0, None)], cluster=None) is False  # type: ignore[arg-type]
-    # A pool that was already slow before is not made visible by staying as slow.
-    assert _visible(fault, [at(38.0, 0.3), at(44.0, 0.35)], cluster=None) is False  # type: ignore[arg-type]
+    # 10 writes in the 30 s before at 5 ms each, one of them a 0.5 s outlier.
+    usual = [at(10.0, 0, 0.0), at(25.0, 5, 0.02), at(38.0, 10, 0.54)]
+    assert _visible(fault, [*usual, at(44.0, 12, 2.54), at(52.0, 14, 4.54)], cluster=None) is True  # type: ignore[arg-type]
+    assert _visible(fault, [*usual, at(44.0, 12, 0.56), at(52.0, 14, 0.58)], cluster=None) is False  # type: ignore[arg-type]
+    assert _visible(fault, [*usual, at(44.0, 10, 0.54)], cluster=None) is False  # type: ignore[arg-type]  # no call
+    # A pool that was as slow before is not made visible by staying as slow.
+    slow = [at(10.0, 0, 0.0), at(38.0, 10, 10.0)]
+    assert _visible(fault, [*slow, at(52.0, 14, 14.0)], cluster=None) is False  # type: ignore[arg-type]
 
 
 def test_shared_memory_filling_is_not_counted_as_growth() -> None:
