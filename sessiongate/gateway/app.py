@@ -52,6 +52,7 @@ from .shared import make_shared
 from .state import GatewayState
 from .turn.admission import AdmissionConfig, FairAdmission
 from .turn.chat import chat_completions
+from .turn.idempotency import LateWrites
 from .turn.limits import TenantLimits
 from .turn.loop_lag import LoopLagLimiter
 from .turn.route import ChatRoute
@@ -205,6 +206,8 @@ def create_app(
             if limiter is not None:
                 stack.callback(asyncio.create_task(limiter.run()).cancel)
             gateway_metrics.registry.register(AdmissionCollector(admission, limiter))
+            late_writes = LateWrites(retry_for_s=settings.upstream_read_timeout_s)
+            stack.push_async_callback(late_writes.aclose)  # before the store closes (the stack unwinds in reverse)
             state = GatewayState(
                 settings=settings,
                 http=http,
@@ -216,6 +219,7 @@ def create_app(
                 keys=KeyRing(the_store, ttl_s=settings.key_cache_ttl_s),
                 limits=limits,
                 admission=admission,
+                idempotency_writes=late_writes,
                 salts=salts,
                 instance=instance,
                 run=run,

@@ -18,6 +18,7 @@ from .routing import RoutingPolicy
 from .routing.router import Router
 from .settings import GatewaySettings
 from .shared import SharedState
+from .turn.idempotency import LateWrites
 from .turn.limits import TenantLimits
 from .turn.sharing import OneReplica
 from .workers.extension import ExtensionClient
@@ -49,6 +50,8 @@ class GatewayState:
     shared: SharedState
     # What a turn shares with the other replicas (asked once, in `wiring.start_routing`).
     sharing: OneReplica
+    # Idempotency keys' completions and releases retried after the store was unreachable (gateway/turn/idempotency.py).
+    idempotency_writes: LateWrites
     # This replica's name and this process's run (see `GatewaySettings.instance_id`).
     instance: str = ""
     run: str = ""

@@ -98,7 +98,7 @@ async def test_the_limiter_measures_a_blocked_loop() -> None:
     try:
         await asyncio.sleep(0.05)
         for _ in range(5):
-            time.sleep(0.08)  # a callback that holds the loop, as a saturated gateway's do
+            time.sleep(0.08)  # noqa: ASYNC251 (a callback that holds the loop, as a saturated gateway's do)
             await asyncio.sleep(0.015)
         assert limiter.lag_s > 0.02
         assert gate.limit < 50

@@ -10,7 +10,9 @@ import anyio
 import pytest
 from sqlalchemy import select
 
+from sessiongate.gateway.turn import idempotency
 from sessiongate.sdk._sse import parse_events
+from sessiongate.sessions import StoreUnavailable
 from sessiongate.sessions.models import IdempotencyKey
 
 from .conftest import SecureGateway, bearer
@@ -121,6 +123,41 @@ async def test_a_failed_first_attempt_frees_the_key(make_gateway: Callable[..., 
         assert retry.status_code == 200
         assert "idempotent-replayed" not in retry.headers
         assert [t["status"] for t in await _turns(gw, key, "f-1")] == ["failed", "ok"]
+
+
+async def test_a_key_the_store_could_not_release_is_released_once_it_is_back(
+    make_gateway: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first attempt fails while the store is unreachable: its answer (the error) comes at once, its key's
+    release is retried in the background, and the client's retry runs anew once the store answers again."""
+    monkeypatch.setattr(idempotency, "_RETRY_DELAYS_S", (0.05,))
+    async with make_gateway() as gw:
+        key = bearer(await gw.new_key("acme"))
+        headers = {**key, "idempotency-key": "unreleased-1", "x-session-id": "u-1"}
+        store = gw.state.store
+        release = store.release_idempotency_key
+        refusals = 0
+
+        async def unreachable_at_first(**kwargs: Any) -> None:
+            nonlocal refusals
+            if refusals < 3:
+                refusals += 1
+                raise StoreUnavailable("session store unavailable: the test's partition")
+            await release(**kwargs)
+
+        monkeypatch.setattr(store, "release_idempotency_key", unreachable_at_first)
+        gw.worker.fail_status = 500
+        with anyio.fail_after(5):
+            failed = await gw.client.post("/v1/chat/completions", headers=headers, json={"messages": [USER]})
+        assert failed.status_code == 500
+        gw.worker.fail_status = None
+        with anyio.fail_after(10):
+            while await _claimed(gw, "acme", "unreleased-1"):  # noqa: ASYNC110 (polling the store)
+                await anyio.sleep(0.02)
+        assert refusals == 3  # the release asked by the failed turn and again by its request: one retry of both
+        retry = await gw.client.post("/v1/chat/completions", headers=headers, json={"messages": [USER]})
+        assert retry.status_code == 200
+        assert "idempotent-replayed" not in retry.headers
 
 
 async def test_keys_expire_after_the_retention(make_gateway: Callable[..., Any]) -> None:

@@ -173,6 +173,7 @@ async def _chat_turn(
         holder=sessions.IdempotencyHolder(instance=state.instance, run=state.run),
         stale_after_s=state.settings.upstream_read_timeout_s,
         lease_s=state.settings.instance_lease_s,
+        late_writes=state.idempotency_writes,
     )
     if isinstance(claim, Response):
         guards.admission.release()

@@ -11,15 +11,19 @@ The claim names its holder, this gateway's instance id and run. A pending key wh
 soon as the store sees that gateway's instance lease end (`instance_lease_s` without a heartbeat; at once when the
 instance restarted as a new run or released its lease), and in any case once older than `upstream_read_timeout_s`
 (no turn can still be running behind it). A gateway that lost its key that way writes no answer to it and does
-not release it. The store holds the claims and the leases, so this holds across replicas sharing it.
+not release it. The store holds the claims and the leases, so this holds across replicas sharing it. A completion
+or release that finds the store unreachable is retried in the background until it is back (or the key would be
+taken over anyway): a key left pending by a live gateway would answer every retry with 409.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import itertools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,7 +38,7 @@ from sessiongate.gateway.errors import Conflict, InvalidRequest
 
 from .assembly import TurnResult
 
-__all__ = ["IDEMPOTENCY_HEADER", "Claim", "claim_idempotency", "completion_body"]
+__all__ = ["IDEMPOTENCY_HEADER", "Claim", "LateWrites", "claim_idempotency", "completion_body"]
 
 log = structlog.get_logger(__name__)
 
@@ -51,24 +55,76 @@ class Claim:
     key: str
     holder: sessions.IdempotencyHolder
     stream: bool
+    late_writes: LateWrites
 
     async def complete(self, turn_id: str, body: dict[str, Any], headers: dict[str, str]) -> None:
         response = {"stream": self.stream, "body": body, "headers": headers}
-        try:
+
+        async def record() -> None:
             completed = await self.store.complete_idempotency_key(
                 tenant_id=self.tenant_id, key=self.key, holder=self.holder, turn_id=turn_id, response=response
             )
-        except sessions.StoreError as exc:
-            log.error("idempotency_key_not_recorded", error=str(exc))
-            return
-        if not completed:  # this gateway's lease lapsed and a retry took the key over: the retry's answer is replayed
-            log.warning("idempotency_key_lost", turn_id=turn_id)
+            if not completed:  # this gateway's lease lapsed and a retry took the key over: its answer is replayed
+                log.warning("idempotency_key_lost", turn_id=turn_id)
+
+        await self.late_writes.now_or_later((self.tenant_id, self.key), record, "idempotency_key_not_recorded")
 
     async def release(self) -> None:
-        try:
+        async def release() -> None:
             await self.store.release_idempotency_key(tenant_id=self.tenant_id, key=self.key, holder=self.holder)
+
+        await self.late_writes.now_or_later((self.tenant_id, self.key), release, "idempotency_key_not_released")
+
+
+_RETRY_DELAYS_S = (0.25, 0.5, 1.0, 2.0, 5.0)
+
+
+class LateWrites:
+    """Completions and releases of keys retried in the background after the store was unreachable.
+
+    A key left pending by a live gateway answers every retry with 409 until `upstream_read_timeout_s` (its holder
+    lives, so no other request takes it over): the write is retried for as long (`retry_for_s`), so that the
+    client's retry runs anew (released) or replays the answer (completed) as soon as the store is back. One retry
+    per key at a time; `aclose()` (the gateway's shutdown, before the store closes) cancels what is left."""
+
+    def __init__(self, retry_for_s: float) -> None:
+        self.retry_for_s = retry_for_s
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    async def now_or_later(self, key: tuple[str, str], write: Callable[[], Awaitable[None]], failure: str) -> None:
+        try:
+            await write()
+        except sessions.StoreUnavailable as exc:
+            if key in self._tasks:  # already being retried (a release asked twice)
+                return
+            log.warning(failure, error=str(exc), detail="retried in the background")
+            task = self._tasks[key] = asyncio.create_task(self._retry(write, failure))
+            task.add_done_callback(lambda _: self._tasks.pop(key, None))
         except sessions.StoreError as exc:
-            log.error("idempotency_key_not_released", error=str(exc))
+            log.error(failure, error=str(exc))
+
+    async def _retry(self, write: Callable[[], Awaitable[None]], failure: str) -> None:
+        deadline = time.monotonic() + self.retry_for_s
+        for attempt in itertools.count():
+            await asyncio.sleep(_RETRY_DELAYS_S[min(attempt, len(_RETRY_DELAYS_S) - 1)])
+            try:
+                await write()
+            except sessions.StoreUnavailable as exc:
+                if time.monotonic() > deadline:
+                    log.error(failure, error=str(exc), retried_for_s=self.retry_for_s)
+                    return
+            except sessions.StoreError as exc:
+                log.error(failure, error=str(exc))
+                return
+            else:
+                log.info("idempotency_key_written_late", attempts=attempt + 2)
+                return
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def completion_body(turn_id: str, created: datetime, result: TurnResult, annotation: dict[str, str]) -> dict[str, Any]:
@@ -94,11 +150,13 @@ async def claim_idempotency(
     holder: sessions.IdempotencyHolder,
     stale_after_s: float,
     lease_s: float,
+    late_writes: LateWrites,
 ) -> Claim | Response | None:
     """None without the header; a `Claim` when this request runs the turn; a replay `Response` otherwise.
 
     `holder`: this gateway process; `lease_s`: how long an instance lease lasts without a heartbeat (a pending key's
-    holder silent that long is dead); `stale_after_s`: how long after its claim any pending key is taken over."""
+    holder silent that long is dead); `stale_after_s`: how long after its claim any pending key is taken over;
+    `late_writes`: where the claim's completion or release is retried when the store is unreachable."""
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None:
         return None
@@ -120,7 +178,7 @@ async def claim_idempotency(
         holder_stale_before=now - timedelta(seconds=lease_s),
     )
     if existing is None:
-        return Claim(store, tenant_id, key, holder, stream=bool(body.get("stream")))
+        return Claim(store, tenant_id, key, holder, stream=bool(body.get("stream")), late_writes=late_writes)
     if existing.request_hash != digest:
         raise InvalidRequest(
             "This Idempotency-Key was used with a different request.",
