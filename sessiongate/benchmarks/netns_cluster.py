@@ -56,6 +56,9 @@ POSTGRES_BINDIR_SCRIPT = SCRIPT.parent / "postgres-bindir.sh"
 NODES = ("gw1", "gw2", "wk1", "wk2", "pg", "rd", "mc")
 GATEWAY_PORT, WORKER_PORT, PG_PORT, REDIS_PORT = 8000, 30000, 5432, 6379
 MOONCAKE_PORTS = (50051, 8080, 9003)
+POSTGRES_KEEPALIVES = "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"
+"""Server-side TCP keepalives, as docs/tenancy-and-faults.md advises for any PostgreSQL the gateways reach over a
+network: a backend whose client vanished in a partition ends about 25 s after its last traffic."""
 
 
 class ClusterError(RuntimeError):
@@ -266,6 +269,9 @@ class NetnsCluster:
     def start_postgres(self) -> None:
         """(Re)start PostgreSQL in its namespace, listening on its address only."""
         options = f"-p {PG_PORT} -k {self._pg_data} -c listen_addresses={self.net.address('pg')} -c fsync=off"
+        # A partition leaves each gateway connection's backend waiting for a client that has given up (its FIN was
+        # lost): 15-20 MB and a connection slot per partition, for hours, until the server probes the link.
+        options += f" {POSTGRES_KEEPALIVES}"
         log = self._pg_data.parent / "postgres.log" if self._pg_data else "postgres.log"
         self._as_postgres(
             f"{self._pg_ctl} -D {self._pg_data} -o '{options}' -l {log} -w start > /dev/null", in_netns=True
