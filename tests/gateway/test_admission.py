@@ -238,6 +238,32 @@ async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_
     assert (gate.active, gate.waiting) == (1, 1)  # nothing already accepted was dropped
 
 
+async def test_a_session_is_never_shed_twice_in_a_row() -> None:
+    clock = Clock()
+    gate = admission(clock, max_active=1, max_wait_s=1.5)
+    starts = Starts(gate)
+    await starts.queue("a", "t", "a")
+    clock.now += 1.0
+    await starts.release("a")  # mean active time 1 s
+    await starts.queue("b", "t", "b")  # running
+    await starts.queue("c", "t", "c")  # predicted 1 s: queued
+    with pytest.raises(Saturated):
+        await gate.enter("t", "d", 100)  # predicted 2 s > 1.5 s
+    # Back after its Retry-After, the queue as long: this time it waits its turn instead.
+    await starts.queue("d-again", "t", "d")
+    assert (gate.active, gate.waiting) == (1, 2)
+    assert gate.stats()["shed_503"] == 1
+    with pytest.raises(Saturated):  # another session's turn is shed as before
+        await gate.enter("t", "e", 100)
+    await starts.release("b")
+    await starts.release("c")
+    await starts.release("d-again")  # d's turn was served: its next one may be shed again
+    await starts.queue("f", "t", "f")  # running
+    await starts.queue("g", "t", "g")  # queued
+    with pytest.raises(Saturated):
+        await gate.enter("t", "d", 100)
+
+
 async def test_a_tenant_over_its_fair_share_gets_429_and_another_tenant_503() -> None:
     clock = Clock()
     gate = admission(clock, max_active=2, max_wait_s=1.0)

@@ -23,12 +23,14 @@ holds (renormalised once the factor grows large). Idle sessions whose service de
 than their tenant's virtual time (a new session would get the same tag), are forgotten (`_sweep`), so memory
 follows the sessions active lately.
 
-A turn predicted to wait past `max_wait_s` is refused at once (`admission_parts.ShedDecision`: 429 or 503). A turn
-already queued is never dropped, and a turn that was its session's only one when it came and has waited twice the
-bound starts ahead of the order (the oldest first): sessions coming back from a pause enter at
-the virtual time and could otherwise hold back a turn tagged just past it for as long as they keep coming. A
-session's further turns (a flood) get no such start: when they did, the flood's turns came in that way and took 8
-times their share.
+A turn predicted to wait past `max_wait_s` is refused at once (`admission_parts.ShedDecision`: 429 or 503), unless
+its session's last turn was refused: a session is never shed twice in a row (which sessions meet a long queue is
+chance, and a shed session waits out its `Retry-After` while the others cycle: shed again and again, one fell to a
+quarter of its fair share). A turn already queued is never dropped, and a turn that was its session's only one when
+it came and has waited twice the bound starts ahead of the order (the oldest first): sessions coming back from a
+pause enter at the virtual time and could otherwise hold back a turn tagged just past it for as long as they keep
+coming. A session's further turns (a flood) get no such start: when they did, the flood's turns came in that way and
+took 8 times their share.
 
 Advisory prefetches never pass here (the advisor sends them itself): they hold no slot, stand ahead of no turn.
 Value types and per-session records: `admission_parts`."""
@@ -137,7 +139,8 @@ class FairAdmission:
             self._charge(tenant, session, cost, scale)
             return self._start(tenant, tenant_id, session, session_id, cost, now)
         waiter = Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
-        decision = self.shed_decision(tenant_id, tag, waiter.seq)
+        decision = None if session.shed else self.shed_decision(tenant_id, tag, waiter.seq)
+        session.shed = decision is not None
         if decision is not None:
             self.shed_counts[429 if decision.over_share else 503] += 1
             raise decision.error()

@@ -64,10 +64,11 @@ def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
 
 
 class SessionRecord:
-    __slots__ = ("active", "pending", "service", "tenant_id", "waiting")
+    __slots__ = ("active", "pending", "service", "shed", "tenant_id", "waiting")
 
     def __init__(self, tenant_id: str) -> None:
         self.tenant_id = tenant_id
+        self.shed = False  # its last turn was shed: the next one queues, whatever its predicted wait
         self.service = 0.0  # scaled: the tokens its ended turns used (at least its tenant's virtual time, once queued)
         self.pending = 0.0  # scaled: the estimates of its turns queued or running
         self.waiting = 0
