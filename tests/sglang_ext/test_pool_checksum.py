@@ -263,3 +263,30 @@ def test_the_cost_benchmark_compares_the_unchecked_and_the_verified_pool(
     assert pool_checksum_bench.main(["--page-kib", "4", "--pages", "4", "--repeats", "1"]) == 0
     rows = [line.split("|")[2].strip() for line in capsys.readouterr().out.splitlines()[2:]]
     assert rows == ["file-unchecked", "file", "digest alone (xxh3-64)"]
+
+
+def test_the_worker_report_gives_the_verified_prefetchs_overhead() -> None:
+    import argparse
+    from datetime import UTC, datetime
+
+    from sessiongate.benchmarks.pool_checksum_worker import Sample, _report
+
+    def sample(backend: str, repeat: int, seconds: float) -> Sample:
+        return Sample(backend, 1024, repeat, 16, 16 << 16, seconds, seconds + 0.01)
+
+    samples = [
+        sample("file-unchecked", 0, 0.010),
+        sample("file", 0, 0.011),
+        sample("file-unchecked", 1, 0.020),
+        sample("file", 1, 0.021),
+        sample("file-unchecked", 2, 0.012),
+        sample("file", 2, 0.0132),
+    ]
+    args = argparse.Namespace(model_size="tiny", contexts=[1024], repeats=3)
+    report = _report(args, samples, 0, {"file": 0}, 64 << 10, 10.0, datetime.now(UTC), (1.0, 1, 1), (1.0, 1, 1))
+    rows = {line.split("|")[3].strip(): line.split("|") for line in report.splitlines() if line.startswith("| 1024")}
+    assert rows["file-unchecked"][4].strip() == "12.0 (10.0-20.0)"
+    # Medians 13.2 over 12.0 ms; each repeat's pair +10%, +5%, +10%.
+    assert rows["file"][7].strip() == "+10.0% / +10.0%"
+    # 16 pages of 10 us over the unchecked 12 ms.
+    assert rows["file"][8].strip() == "1.3%"
