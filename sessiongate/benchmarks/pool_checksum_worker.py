@@ -10,12 +10,13 @@ target host): SGLang's cache controller reads every page with the backend's `get
 read and the digest check of each page) and copies it into the host pool. The pool's pages are in the OS page
 cache (written moments before), as on a machine whose pool directory fits in memory.
 
-The figure is the prefetch's own duration as the worker records it (accepted to done; it includes the worker's
+The figures are the prefetch's own duration as the worker records it (accepted to done; it includes the worker's
 scheduling of the prefetch, the pool's existence check and the copies into the host pool: all a pool read costs
-there), its median per backend and the overhead of the verified read (verified / unchecked - 1, of the medians,
-and the median of each repeat's pair). A sample counts only if every page of the context landed in host memory.
-Also reported: the digest alone for that many pages (`pool_checksum_bench.digest_us`, in this process) over the
-unchecked prefetch: the share verification would take if nothing else differed.
+there) and the CPU seconds the worker's processes spent meanwhile (which other load on a shared machine disturbs less
+than wall time), per backend: their medians, and the overhead of the verified read (verified / unchecked - 1, of the
+medians, of the best repeats, and the median of each repeat's pair). A sample counts only if every page of the context
+landed in host memory. Also reported: the digest alone for that many pages (`pool_checksum_bench.digest_us`, in this
+process) over the unchecked prefetch: the share verification would take if nothing else differed.
 
     python -m sessiongate.benchmarks.pool_checksum_bench --through-worker --model-size tiny --repeats 7
 """
@@ -23,6 +24,7 @@ unchecked prefetch: the share verification would take if nothing else differed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -35,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import psutil
 
 from sessiongate.benchmarks.prefetch_bench import VOCAB, _context, _generate, _prefetch, _wait_pool_quiet
 from sessiongate.sglang_ext.hardware import cores_per_worker
@@ -60,22 +63,38 @@ class Sample:
     """Accepted to done, on the worker's clock."""
     client_s: float
     """The client's wall time from the POST to the poll that saw it done (polls every 10 ms)."""
+    cpu_s: float
+    """CPU seconds the worker's processes spent over that time (less disturbed than wall time by other load)."""
 
 
 def _flush(client: httpx.Client) -> None:
     client.post("/flush_cache", params={"timeout": 60}).raise_for_status()
 
 
-def _sample(client: httpx.Client, pool: Path, backend: str, ids: list[int], repeat: int, page: int) -> Sample | None:
+def _cpu_s(worker: psutil.Process) -> float:
+    """User and system CPU seconds of the worker's processes (its launcher, scheduler, tokenizer, detokenizer)."""
+    total = 0.0
+    for process in [worker, *worker.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def _sample(
+    client: httpx.Client, worker: psutil.Process, pool: Path, backend: str, ids: list[int], repeat: int, page: int
+) -> Sample | None:
     _flush(client)
     before = len(list(pool.iterdir()))
     _generate(client, ids)
     _wait_pool_quiet(pool, before)
     # Only the pool holds the context now.
     _flush(client)
+    cpu_before = _cpu_s(worker)
     started = time.perf_counter()
     status = _prefetch(client, ids, "host")
     client_s = time.perf_counter() - started
+    cpu_s = _cpu_s(worker) - cpu_before
     pages = len(ids) // page
     if status.state != "done" or status.pages_in_host != pages or status.finished_at is None:
         return None
@@ -87,6 +106,7 @@ def _sample(client: httpx.Client, pool: Path, backend: str, ids: list[int], repe
         bytes_loaded=status.bytes_loaded,
         prefetch_s=status.finished_at - status.created_at,
         client_s=client_s,
+        cpu_s=cpu_s,
     )
 
 
@@ -153,18 +173,21 @@ def _measure(
     vocab = VOCAB[args.model_size]
     rng = random.Random(31)
     clients = {backend: httpx.Client(base_url=worker.url, timeout=600) for backend, worker in workers.items()}
+    processes = {backend: psutil.Process(worker.pid) for backend, worker in workers.items()}
     page = configs[FILE_BACKEND].page_size
     samples: list[Sample] = []
     skipped = 0
     try:
         for backend, client in clients.items():  # warm-up: a fresh worker's first requests and prefetch are slow
-            _sample(client, configs[backend].effective_pool_dir, backend, _context(rng, 512, vocab), -1, page)
+            pool = configs[backend].effective_pool_dir
+            _sample(client, processes[backend], pool, backend, _context(rng, 512, vocab), -1, page)
         for length in args.contexts:
             for repeat in range(args.repeats):
                 order = BACKENDS if repeat % 2 == 0 else BACKENDS[::-1]
                 for backend in order:
                     pool = configs[backend].effective_pool_dir
-                    sample = _sample(clients[backend], pool, backend, _context(rng, length, vocab), repeat, page)
+                    ids = _context(rng, length, vocab)
+                    sample = _sample(clients[backend], processes[backend], pool, backend, ids, repeat, page)
                     if sample is None:
                         skipped += 1
                     else:
@@ -212,35 +235,50 @@ def _report(
         f"Samples skipped (not every page landed in host memory): {skipped}. "
         f"Pages rejected by verification: {rejected}.",
         "",
-        "| context | pages | backend | prefetch ms, median (min-max) | GB/s (median) | client ms (median) "
-        "| overhead: of medians / median of pairs | digest alone over the unchecked prefetch |",
-        "|---|---|---|---|---|---|---|---|",
+        "| context | pages | backend | prefetch ms: median (min-max) | GB/s (median) | worker CPU ms (median) "
+        "| overhead, wall: medians / best / median of pairs | overhead, CPU: medians / median of pairs "
+        "| digest alone over the unchecked prefetch: wall / CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for length in args.contexts:
         of = {
             backend: [s for s in samples if s.context_tokens == length and s.backend == backend] for backend in BACKENDS
         }
-        medians = {backend: _median([s.prefetch_s for s in of[backend]]) for backend in BACKENDS}
-        unchecked = {s.repeat: s.prefetch_s for s in of[UNCHECKED_FILE_BACKEND]}
-        pairs = [s.prefetch_s / unchecked[s.repeat] - 1 for s in of[FILE_BACKEND] if s.repeat in unchecked]
         for backend in BACKENDS:
             rows = of[backend]
             if not rows:
-                lines.append(f"| {length} | | {backend} | no clean sample | | | | |")
+                lines.append(f"| {length} | | {backend} | no clean sample | | | | | |")
                 continue
             times = [s.prefetch_s for s in rows]
             pages = rows[0].pages
             gbps = _median([s.bytes_loaded / s.prefetch_s / 1e9 for s in rows])
-            overhead = digest_share = "-"
-            if backend == FILE_BACKEND:
-                overhead = (
-                    f"{(medians[FILE_BACKEND] / medians[UNCHECKED_FILE_BACKEND] - 1) * 100:+.1f}% / "
-                    f"{_median(pairs) * 100:+.1f}%"
-                )
-                digest_share = f"{pages * digest / 1e6 / medians[UNCHECKED_FILE_BACKEND] * 100:.1f}%"
+            wall = cpu = digest_share = "-"
+            if backend == FILE_BACKEND and of[UNCHECKED_FILE_BACKEND]:
+                wall, cpu, digest_share = _overheads(of[UNCHECKED_FILE_BACKEND], rows, pages * digest / 1e6)
             lines.append(
-                f"| {length} | {pages} | {backend} | {medians[backend] * 1e3:.1f} ({min(times) * 1e3:.1f}-"
-                f"{max(times) * 1e3:.1f}) | {gbps:.2f} | {_median([s.client_s for s in rows]) * 1e3:.1f} "
-                f"| {overhead} | {digest_share} |"
+                f"| {length} | {pages} | {backend} | {_median(times) * 1e3:.1f} ({min(times) * 1e3:.1f}-"
+                f"{max(times) * 1e3:.1f}) | {gbps:.2f} | {_median([s.cpu_s for s in rows]) * 1e3:.1f} "
+                f"| {wall} | {cpu} | {digest_share} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _overheads(unchecked: list[Sample], verified: list[Sample], digest_s: float) -> tuple[str, str, str]:
+    """The verified prefetch's overhead on the unchecked one, in wall time and in the worker's CPU time; and what the
+    digest alone (`digest_s` for the context's pages) is of the unchecked prefetch's median wall and CPU time."""
+
+    def pct(value: float) -> str:
+        return f"{value * 100:+.1f}%"
+
+    def pairs(field: str) -> float:
+        by_repeat = {s.repeat: getattr(s, field) for s in unchecked}
+        return _median([getattr(s, field) / by_repeat[s.repeat] - 1 for s in verified if s.repeat in by_repeat])
+
+    wall = {name: _median([s.prefetch_s for s in rows]) for name, rows in (("u", unchecked), ("v", verified))}
+    cpu = {name: _median([s.cpu_s for s in rows]) for name, rows in (("u", unchecked), ("v", verified))}
+    best = min(s.prefetch_s for s in verified) / min(s.prefetch_s for s in unchecked) - 1
+    return (
+        f"{pct(wall['v'] / wall['u'] - 1)} / {pct(best)} / {pct(pairs('prefetch_s'))}",
+        f"{pct(cpu['v'] / cpu['u'] - 1)} / {pct(pairs('cpu_s'))}",
+        f"{digest_s / wall['u'] * 100:.1f}% / {digest_s / cpu['u'] * 100:.1f}%",
+    )
