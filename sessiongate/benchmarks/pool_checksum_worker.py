@@ -65,20 +65,37 @@ class Sample:
     """The client's wall time from the POST to the poll that saw it done (polls every 10 ms)."""
     cpu_s: float
     """CPU seconds the worker's processes spent over that time (less disturbed than wall time by other load)."""
+    pool_cpu_s: float
+    """Of which its scheduler's threads but the scheduler loop: the pool read and the copies into host memory."""
 
 
 def _flush(client: httpx.Client) -> None:
     client.post("/flush_cache", params={"timeout": 60}).raise_for_status()
 
 
-def _cpu_s(worker: psutil.Process) -> float:
-    """User and system CPU seconds of the worker's processes (its launcher, scheduler, tokenizer, detokenizer)."""
-    total = 0.0
+def _task_ns(pid: int, *, main_thread: bool = True) -> int:
+    """Nanoseconds the threads of process `pid` have run (`/proc/PID/task/TID/schedstat`; the clock ticks of
+    `cpu_times` are 10 ms, as long as a small prefetch); without its main thread if not `main_thread`."""
+    total = 0
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            if main_thread or task.name != str(pid):
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def _cpu_s(worker: psutil.Process) -> tuple[float, float]:
+    """CPU seconds run by the worker's processes (its launcher, scheduler, tokenizer, detokenizer), and by its
+    scheduler's threads but the scheduler loop: the cache controller's, which read the pool (the backend's `get`,
+    verified or not) and copy each page into host memory."""
+    total = side = 0
     for process in [worker, *worker.children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):
-            times = process.cpu_times()
-            total += times.user + times.system
-    return total
+            total += _task_ns(process.pid)
+            if process.name().startswith("sglang::schedul"):
+                side += _task_ns(process.pid, main_thread=False)
+    return total / 1e9, side / 1e9
 
 
 def _sample(
@@ -90,11 +107,11 @@ def _sample(
     _wait_pool_quiet(pool, before)
     # Only the pool holds the context now.
     _flush(client)
-    cpu_before = _cpu_s(worker)
+    cpu_before, pool_cpu_before = _cpu_s(worker)
     started = time.perf_counter()
     status = _prefetch(client, ids, "host")
     client_s = time.perf_counter() - started
-    cpu_s = _cpu_s(worker) - cpu_before
+    cpu_after, pool_cpu_after = _cpu_s(worker)
     pages = len(ids) // page
     if status.state != "done" or status.pages_in_host != pages or status.finished_at is None:
         return None
@@ -106,7 +123,8 @@ def _sample(
         bytes_loaded=status.bytes_loaded,
         prefetch_s=status.finished_at - status.created_at,
         client_s=client_s,
-        cpu_s=cpu_s,
+        cpu_s=cpu_after - cpu_before,
+        pool_cpu_s=pool_cpu_after - pool_cpu_before,
     )
 
 
@@ -149,9 +167,7 @@ def run(args: argparse.Namespace, digest_us: Callable[[int, int, int], tuple[flo
             worker.stop()
     load_after = os.getloadavg()
     digest = digest_us(page_bytes, 64, 5)[0] if page_bytes else float("nan")
-    report = _report(args, samples, skipped, rejected, page_bytes, digest, started_at, load_before, load_after)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(report)
     raw = {
         "started_at": started_at.isoformat(timespec="seconds"),
         "load_before": load_before,
@@ -163,6 +179,8 @@ def run(args: argparse.Namespace, digest_us: Callable[[int, int, int], tuple[flo
         "samples": [asdict(sample) for sample in samples],
     }
     (out / "raw.json").write_text(json.dumps(raw, indent=1) + "\n")
+    report = _report(args, samples, skipped, rejected, page_bytes, digest, started_at, load_before, load_after)
+    (out / "report.md").write_text(report)
     print(report)
     return 0
 
@@ -235,10 +253,11 @@ def _report(
         f"Samples skipped (not every page landed in host memory): {skipped}. "
         f"Pages rejected by verification: {rejected}.",
         "",
-        "| context | pages | backend | prefetch ms: median (min-max) | GB/s (median) | worker CPU ms (median) "
-        "| overhead, wall: medians / best / median of pairs | overhead, CPU: medians / median of pairs "
-        "| digest alone over the unchecked prefetch: wall / CPU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| context | pages | backend | prefetch ms: median (min-max) | GB/s | worker CPU ms | pool threads' CPU ms "
+        "| overhead, wall: medians / best / median of pairs | overhead, worker CPU: medians / median of pairs "
+        "| overhead, pool threads' CPU: medians / median of pairs "
+        "| digest alone over the unchecked prefetch's wall / worker CPU / pool threads' CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for length in args.contexts:
         of = {
@@ -247,38 +266,41 @@ def _report(
         for backend in BACKENDS:
             rows = of[backend]
             if not rows:
-                lines.append(f"| {length} | | {backend} | no clean sample | | | | | |")
+                lines.append(f"| {length} | | {backend} | no clean sample | | | | | | | |")
                 continue
             times = [s.prefetch_s for s in rows]
             pages = rows[0].pages
             gbps = _median([s.bytes_loaded / s.prefetch_s / 1e9 for s in rows])
-            wall = cpu = digest_share = "-"
+            overheads = "| - | - | - | - |"
             if backend == FILE_BACKEND and of[UNCHECKED_FILE_BACKEND]:
-                wall, cpu, digest_share = _overheads(of[UNCHECKED_FILE_BACKEND], rows, pages * digest / 1e6)
+                overheads = _overheads(of[UNCHECKED_FILE_BACKEND], rows, pages * digest / 1e6)
             lines.append(
                 f"| {length} | {pages} | {backend} | {_median(times) * 1e3:.1f} ({min(times) * 1e3:.1f}-"
                 f"{max(times) * 1e3:.1f}) | {gbps:.2f} | {_median([s.cpu_s for s in rows]) * 1e3:.1f} "
-                f"| {wall} | {cpu} | {digest_share} |"
+                f"| {_median([s.pool_cpu_s for s in rows]) * 1e3:.1f} {overheads}"
             )
     return "\n".join(lines) + "\n"
 
 
-def _overheads(unchecked: list[Sample], verified: list[Sample], digest_s: float) -> tuple[str, str, str]:
-    """The verified prefetch's overhead on the unchecked one, in wall time and in the worker's CPU time; and what the
-    digest alone (`digest_s` for the context's pages) is of the unchecked prefetch's median wall and CPU time."""
+def _overheads(unchecked: list[Sample], verified: list[Sample], digest_s: float) -> str:
+    """The verified prefetch's overhead on the unchecked one (wall time, the worker's CPU time, its pool threads'),
+    and what the digest alone (`digest_s` for the context's pages) is of the unchecked prefetch's medians: the
+    table's last four cells."""
 
     def pct(value: float) -> str:
         return f"{value * 100:+.1f}%"
 
-    def pairs(field: str) -> float:
-        by_repeat = {s.repeat: getattr(s, field) for s in unchecked}
-        return _median([getattr(s, field) / by_repeat[s.repeat] - 1 for s in verified if s.repeat in by_repeat])
+    def median_of(rows: list[Sample], field: str) -> float:
+        return _median([getattr(s, field) for s in rows])
 
-    wall = {name: _median([s.prefetch_s for s in rows]) for name, rows in (("u", unchecked), ("v", verified))}
-    cpu = {name: _median([s.cpu_s for s in rows]) for name, rows in (("u", unchecked), ("v", verified))}
+    def cells(field: str) -> str:
+        by_repeat = {s.repeat: getattr(s, field) for s in unchecked}
+        pairs = [getattr(s, field) / by_repeat[s.repeat] - 1 for s in verified if by_repeat.get(s.repeat, 0) > 0]
+        return f"{pct(median_of(verified, field) / median_of(unchecked, field) - 1)} / {pct(_median(pairs))}"
+
     best = min(s.prefetch_s for s in verified) / min(s.prefetch_s for s in unchecked) - 1
-    return (
-        f"{pct(wall['v'] / wall['u'] - 1)} / {pct(best)} / {pct(pairs('prefetch_s'))}",
-        f"{pct(cpu['v'] / cpu['u'] - 1)} / {pct(pairs('cpu_s'))}",
-        f"{digest_s / wall['u'] * 100:.1f}% / {digest_s / cpu['u'] * 100:.1f}%",
+    wall_medians, wall_pairs = cells("prefetch_s").split(" / ")
+    shares = " / ".join(
+        f"{digest_s / median_of(unchecked, field) * 100:.1f}%" for field in ("prefetch_s", "cpu_s", "pool_cpu_s")
     )
+    return f"| {wall_medians} / {pct(best)} / {wall_pairs} | {cells('cpu_s')} | {cells('pool_cpu_s')} | {shares} |"
