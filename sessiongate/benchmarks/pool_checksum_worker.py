@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -165,6 +166,10 @@ def run(args: argparse.Namespace, digest_us: Callable[[int, int, int], tuple[flo
     finally:
         for worker in workers.values():
             worker.stop()
+        if args.state_dir is None:
+            # Gigabytes with the medium model; the workers' logs stay.
+            for config in configs.values():
+                shutil.rmtree(config.effective_pool_dir, ignore_errors=True)
     load_after = os.getloadavg()
     digest = digest_us(page_bytes, 64, 5)[0] if page_bytes else float("nan")
     out.mkdir(parents=True, exist_ok=True)
