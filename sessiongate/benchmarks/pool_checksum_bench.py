@@ -11,8 +11,14 @@ machine, so the digest is also timed alone, on pages just copied into a host pag
 the unchecked read, is what verification adds to a read, whatever else the machine is doing. Pages are random
 float32 values (the digest costs the same on any bytes).
 
-    python -m sessiongate.benchmarks.pool_checksum_bench --repeats 5          # 128 KiB (tiny) and 1 MiB (medium) pages
+    python -m sessiongate.benchmarks.pool_checksum_bench --repeats 5          # 64 KiB (tiny) and 1 MiB (medium) pages
     python -m sessiongate.benchmarks.pool_checksum_bench --page-kib 512 --pages 256 --repeats 5
+
+`--through-worker` measures the same two backends inside real SGLang CPU workers instead, on a prefetch of a
+session's context from the pool into host memory (`pool_checksum_worker`), and writes a report under
+`benchmarks/results/pool-checksum-worker/`:
+
+    python -m sessiongate.benchmarks.pool_checksum_bench --through-worker --model-size tiny --repeats 7
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 BACKENDS = ("file-unchecked", "file")
@@ -108,10 +115,20 @@ def digest_us(page_bytes: int, pages: int, repeats: int) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--page-kib", type=int, nargs="+", default=[128, 1024])
+    parser.add_argument("--page-kib", type=int, nargs="+", default=[64, 128, 1024])
     parser.add_argument("--pages", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
+    worker = parser.add_argument_group("--through-worker: in real SGLang CPU workers (pool_checksum_worker)")
+    worker.add_argument("--through-worker", action="store_true")
+    worker.add_argument("--model-size", choices=("tiny", "medium"), default="tiny")
+    worker.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096], help="tokens")
+    worker.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/pool-checksum-worker/MODEL")
+    worker.add_argument("--state-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.through_worker:
+        from sessiongate.benchmarks import pool_checksum_worker
+
+        return pool_checksum_worker.run(args, digest_us)
 
     from sessiongate.sglang_ext.cpu_compat import activate
     from sessiongate.sglang_ext.hardware import has_cuda

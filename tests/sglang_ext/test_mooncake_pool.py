@@ -104,7 +104,7 @@ def test_a_session_moves_to_another_worker_through_mooncake(pool: Pool) -> None:
     assert served == "tiny"  # the model's name, not this machine's path to it
     namespaces = {key.split("_", 1)[0] for key in new_keys}
     assert len(namespaces) == 1
-    assert re.fullmatch(re.escape(served) + r"-sg[0-9a-f]{12}-xxh3", namespaces.pop())
+    assert re.fullmatch(re.escape(served) + r"-sg[0-9a-f]{12}-xxh3s", namespaces.pop())
     assert len(new_keys) == 2 * (answer1["usage"]["prompt_tokens"] // PAGE)
 
     context = [*turn1, {"role": "assistant", "content": answer(answer1)}]

@@ -183,23 +183,45 @@ def test_a_page_is_logged_once_however_often_it_fails(cpu_compat: bool, caplog: 
     assert [record.args[0] for record in caplog.records if record.args] == ["page-a", "page-b"]
 
 
-def test_unchecked_crc32_and_verified_pages_never_mix(cpu_compat: bool, tmp_path: Path) -> None:
+def test_a_page_in_one_buffer_or_in_parts_has_one_digest_and_each_key_its_own() -> None:
+    # The file pool hashes a page in one call, the Mooncake pool its K and V parts in one stream: the same bytes
+    # under the same key give the same trailer either way, and under another key another one.
+    from sessiongate.sglang_ext.internals.page_digest import pack_trailer, problem
+
+    page = memoryview(os.urandom(PAGE_BYTES))
+    halves = [page[: PAGE_BYTES // 2], page[PAGE_BYTES // 2 :]]
+    trailer = pack_trailer("k1", [page])
+    assert pack_trailer("k1", halves) == trailer
+    assert problem("k1", halves, trailer) is None
+    assert pack_trailer("k2", [page]) != trailer
+    assert problem("k2", [page], trailer) == "digest mismatch"
+
+
+def test_unchecked_crc32_xxh3_and_verified_pages_never_mix(cpu_compat: bool, tmp_path: Path) -> None:
     import dataclasses
 
     from sglang.srt.mem_cache.hicache_storage import HiCacheFile
 
     from sessiongate.sglang_ext.internals.checked_file_store import CheckedFileStore
+    from sessiongate.sglang_ext.internals.page_digest import MODEL_TAG
 
     checked = CheckedFileStore(storage_config(tmp_path))
     plain = HiCacheFile(storage_config(tmp_path))
-    crc32 = HiCacheFile(dataclasses.replace(storage_config(tmp_path), model_name="tiny-crc32"))
+    # Pages of the earlier formats: the CRC-32 trailer, then the xxh3 digest of the key and the page in one stream.
+    earlier = [
+        HiCacheFile(dataclasses.replace(storage_config(tmp_path), model_name=f"tiny-{tag}"))
+        for tag in ("crc32", "xxh3")
+    ]
     assert checked.set("k1", random_page(1))
     assert plain.set("k2", random_page(2))
-    assert crc32.set("k3", random_page(3))
+    for i, store in enumerate(earlier, start=3):
+        assert store.set(f"k{i}", random_page(i))
     assert not plain.exists("k1")
     assert not checked.exists("k2")
     assert not checked.exists("k3")
-    assert "-xxh3_" in checked._get_suffixed_key("k1")
+    assert not checked.exists("k4")
+    assert MODEL_TAG == "xxh3s"
+    assert f"-{MODEL_TAG}_" in checked._get_suffixed_key("k1")
 
 
 @pytest.mark.parametrize(
@@ -241,3 +263,35 @@ def test_the_cost_benchmark_compares_the_unchecked_and_the_verified_pool(
     assert pool_checksum_bench.main(["--page-kib", "4", "--pages", "4", "--repeats", "1"]) == 0
     rows = [line.split("|")[2].strip() for line in capsys.readouterr().out.splitlines()[2:]]
     assert rows == ["file-unchecked", "file", "digest alone (xxh3-64)"]
+
+
+def test_the_worker_report_gives_the_verified_prefetchs_overhead() -> None:
+    import argparse
+    from datetime import UTC, datetime
+
+    from sessiongate.benchmarks.pool_checksum_worker import Sample, _report
+
+    def sample(backend: str, repeat: int, seconds: float) -> Sample:
+        return Sample(backend, 1024, repeat, 16, 16 << 16, seconds, seconds + 0.01, seconds / 2, seconds / 4)
+
+    samples = [
+        sample("file-unchecked", 0, 0.010),
+        sample("file", 0, 0.011),
+        sample("file-unchecked", 1, 0.020),
+        sample("file", 1, 0.021),
+        sample("file-unchecked", 2, 0.012),
+        sample("file", 2, 0.0132),
+    ]
+    args = argparse.Namespace(model_size="tiny", contexts=[1024], repeats=3)
+    report = _report(args, samples, 0, {"file": 0}, 64 << 10, 10.0, datetime.now(UTC), (1.0, 1, 1), (1.0, 1, 1))
+    rows = {line.split("|")[3].strip(): line.split("|") for line in report.splitlines() if line.startswith("| 1024")}
+    unchecked, verified = rows["file-unchecked"], rows["file"]
+    assert [cell.strip() for cell in unchecked[4:8]] == ["12.0 (10.0-20.0)", "0.09", "6.0", "3.0"]
+    # Medians 13.2 over 12.0 ms, the best 11 over 10; each repeat's pair +10%, +5%, +10%; CPU times the same shares.
+    assert [cell.strip() for cell in verified[8:11]] == [
+        "+10.0% / +10.0% / +10.0%",
+        "+10.0% / +10.0%",
+        "+10.0% / +10.0%",
+    ]
+    # 16 pages of 10 us over the unchecked 12 ms wall, 6 ms CPU, 3 ms pool threads' CPU.
+    assert verified[11].strip() == "1.3% / 2.7% / 5.3%"

@@ -107,7 +107,7 @@ def test_checked_pages_are_served_from_the_pool(workers: tuple[httpx.Client, htt
     served = chat(b, messages)
     assert served["sglext"]["cached_tokens_details"]["host"] == full_pages * PAGE
     assert answer(served) == answer(computed)
-    assert all(path.name.endswith(".bin") and "-xxh3_" in path.name for path in pool_dir.glob("*.bin"))
+    assert all(path.name.endswith(".bin") and "-xxh3s_" in path.name for path in pool_dir.glob("*.bin"))
     assert rejected(b) == 0
 
 

@@ -202,4 +202,4 @@ def test_an_object_of_sglangs_own_format_is_a_miss(store: Any, pages: Pages) -> 
 
 
 def test_the_model_name_in_the_keys_is_tagged(store: Any) -> None:
-    assert store.config_prefix.endswith("-xxh3")
+    assert store.config_prefix.endswith("-xxh3s")

@@ -1,17 +1,17 @@
 """SGLang's Mooncake Store backend, with every object verified when it is read, minus the wait on a dead master.
 
-**Verification.** SGLang's `MooncakeStore` puts a page as two objects (its K and its V bytes, zero-copy from the
-host pool) and reads back whatever an object of the right size holds. `GuardedMooncakeStore` appends a trailer
-to each object (`page_digest`: magic, length, xxh3-64 of the object's key and bytes) in the same zero-copy put:
+**Verification.** SGLang's `MooncakeStore` puts a page as two objects (its K and its V bytes, zero-copy from the host
+pool) and reads back whatever an object of the right size holds. `GuardedMooncakeStore` appends a trailer to each
+object (`page_digest`: magic, length, xxh3-64 of the object's bytes seeded with its key's) in the same zero-copy put:
 Mooncake's multi-buffer calls take the object's bytes from the host page and the trailer from a small registered
-buffer of the backend's own, and a get scatters them back the same way. Mooncake makes an object visible only
-once its put is complete, so a reader sees a whole object with its trailer or nothing. After each batch get, the
-trailers of the objects that arrived are checked against the bytes now in the host pages; an object whose
-trailer does not match (other bytes, another object's bytes under its key), or whose size is not the page's
-plus a trailer (truncated, or written by another format), is reported as not found (so its page is a miss and
-SGLang recomputes it), counted in `pages_rejected` (the load report's `pool_pages_rejected`), logged once, and
-removed, so that the next write-through puts it back. The model name in the keys is tagged
-(`<model>-xxh3`, `page_digest.MODEL_TAG`): objects of SGLang's own `mooncake` backend are never read as these.
+buffer of the backend's own, and a get scatters them back the same way. Mooncake makes an object visible only once its
+put is complete, so a reader sees a whole object with its trailer or nothing. After each batch get, the trailers of
+the objects that arrived are checked against the bytes now in the host pages; an object whose trailer does not match
+(other bytes, another object's bytes under its key), or whose size is not the page's plus a trailer (truncated, or
+written by another format), is reported as not found (so its page is a miss and SGLang recomputes it), counted in
+`pages_rejected` (the load report's `pool_pages_rejected`), logged once, and removed, so that the next write-through
+puts it back. The model name in the keys is tagged (`<model>-xxh3s`, `page_digest.MODEL_TAG`): objects of SGLang's own
+`mooncake` backend are never read as these.
 
 **A master that is gone.** With its `mooncake_master` dead, every existence check, get and put goes to the
 client, which first tries to reconnect and only then fails with `-900` (`RPC_FAIL`), ~4.3 s per call on the
