@@ -218,7 +218,9 @@ async def test_predicted_wait_counts_the_turns_ahead_at_the_recent_rate() -> Non
     assert gate.predicted_wait_s("t", -1.0, 0) == pytest.approx(2.0)
 
 
-async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_over_its_share() -> None:
+async def one_running_one_queued() -> tuple[FairAdmission, Starts]:
+    """One slot, a mean active time of 1 s, turn b running and c queued: a new turn would wait 2 s, past the
+    1.5 s bound."""
     clock = Clock()
     gate = admission(clock, max_active=1, max_wait_s=1.5)
     starts = Starts(gate)
@@ -227,6 +229,11 @@ async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_
     await starts.release("a")  # mean active time 1 s
     await starts.queue("b", "t", "b")  # running
     await starts.queue("c", "t", "c")  # predicted 1 s: queued
+    return gate, starts
+
+
+async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_over_its_share() -> None:
+    gate, _ = await one_running_one_queued()
     assert gate.waiting == 1
     with pytest.raises(Saturated) as shed:
         await gate.enter("t", "d", 100)  # predicted 2 s > 1.5 s
@@ -239,14 +246,7 @@ async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_
 
 
 async def test_a_session_is_never_shed_twice_in_a_row() -> None:
-    clock = Clock()
-    gate = admission(clock, max_active=1, max_wait_s=1.5)
-    starts = Starts(gate)
-    await starts.queue("a", "t", "a")
-    clock.now += 1.0
-    await starts.release("a")  # mean active time 1 s
-    await starts.queue("b", "t", "b")  # running
-    await starts.queue("c", "t", "c")  # predicted 1 s: queued
+    gate, starts = await one_running_one_queued()
     with pytest.raises(Saturated):
         await gate.enter("t", "d", 100)  # predicted 2 s > 1.5 s
     # Back after its Retry-After, the queue as long: this time it waits its turn instead.
