@@ -95,11 +95,12 @@ class LateWrites:
         try:
             await write()
         except sessions.StoreUnavailable as exc:
-            if key in self._tasks:  # already being retried (a release asked twice)
+            running = self._tasks.get(key)
+            if running is not None and not running.done():  # already being retried (a release asked twice)
                 return
             log.warning(failure, error=str(exc), detail="retried in the background")
             task = self._tasks[key] = asyncio.create_task(self._retry(write, failure))
-            task.add_done_callback(lambda _: self._tasks.pop(key, None))
+            task.add_done_callback(lambda done: self._tasks.pop(key) if self._tasks.get(key) is done else None)
         except sessions.StoreError as exc:
             log.error(failure, error=str(exc))
 
