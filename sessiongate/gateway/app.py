@@ -44,6 +44,7 @@ from .api.tenancy import CacheSalts, KeyRing
 from .errors import exception_handlers
 from .observability.admission_metrics import AdmissionCollector
 from .observability.metrics import GatewayMetrics
+from .observability.store_metrics import StoreCollector
 from .observability.tracing import Tracing, tracing_from_environ
 from .openai_responses import create_response, delete_response, get_response, list_input_items
 from .routing import RoutingPolicy
@@ -206,6 +207,7 @@ def create_app(
             if limiter is not None:
                 stack.callback(asyncio.create_task(limiter.run()).cancel)
             gateway_metrics.registry.register(AdmissionCollector(admission, limiter))
+            gateway_metrics.registry.register(StoreCollector(the_store))
             late_writes = LateWrites(retry_for_s=settings.upstream_read_timeout_s)
             stack.push_async_callback(late_writes.aclose)  # before the store closes (the stack unwinds in reverse)
             state = GatewayState(

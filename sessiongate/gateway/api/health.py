@@ -57,7 +57,6 @@ async def metrics(request: Request) -> Response:
     for worker in state.workers.workers:
         state.metrics.observe_worker(worker)
     state.metrics.observe_shared(state.shared)
-    state.metrics.observe_store(state.store.health())
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

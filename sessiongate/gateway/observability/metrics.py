@@ -11,7 +11,6 @@ from prometheus_client.registry import Collector
 from sessiongate.gateway.advisor.stats import PREFETCH_LATENCY_BUCKETS, AdvisoryStats
 from sessiongate.gateway.shared import SharedState
 from sessiongate.gateway.workers.pool import Worker
-from sessiongate.sessions import StoreHealth
 
 from .pool_metrics import WorkerPoolCollector
 
@@ -110,25 +109,6 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self._shared_failures_seen = 0
-        # The session store (PostgreSQL or SQLite), read at each scrape: an unreachable database shows in the oldest
-        # call's wait within one scrape, long before a call times out into a 503.
-        self.store_calls = Gauge(
-            "sessiongate_store_calls_in_flight",
-            "Calls to the session store waiting for it now.",
-            registry=self.registry,
-        )
-        self.store_oldest_call = Gauge(
-            "sessiongate_store_oldest_call_seconds",
-            "How long the oldest call to the session store still in flight has waited (0 with none).",
-            registry=self.registry,
-        )
-        self.store_unavailable = Counter(
-            "sessiongate_store_unavailable",
-            "Calls to the session store that failed because it could not be reached or was busy (each a 503 or a"
-            " retried write).",
-            registry=self.registry,
-        )
-        self._store_unavailable_seen = 0
         self.advisories = AdvisoryCollector()
         self.registry.register(self.advisories)
         # Each worker's calls to its shared KV pool (the link to the pool is visible nowhere else).
@@ -157,14 +137,6 @@ class GatewayMetrics:
         if shared.failures > self._shared_failures_seen:
             self.shared_failures.inc(shared.failures - self._shared_failures_seen)
             self._shared_failures_seen = shared.failures
-
-    def observe_store(self, health: StoreHealth) -> None:
-        """Set the session store's figures (when `/metrics` is scraped)."""
-        self.store_calls.set(health.calls_in_flight)
-        self.store_oldest_call.set(round(health.oldest_call_s, 3))
-        if health.unavailable > self._store_unavailable_seen:
-            self.store_unavailable.inc(health.unavailable - self._store_unavailable_seen)
-            self._store_unavailable_seen = health.unavailable
 
     def observe_worker(self, worker: Worker) -> None:
         """Set the worker's gauges (when `/metrics` is scraped): its health and in-flight count here, and its queue,
