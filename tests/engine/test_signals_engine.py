@@ -52,7 +52,7 @@ SYSTEM = "You are a travel assistant. " + " ".join(f"Rule {i}: answer briefly, c
 # model charges each queued request a typical prefill but not the wait for a free batch slot, so it takes a long
 # queue (16 here) before a worker's wait outweighs moving a session's KV off it.
 BUSY_STREAMS = 24
-BUSY_TOKENS = 1000
+BUSY_TOKENS = 2000
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ async def busy(gateway: httpx.AsyncClient, worker: WorkerProcess) -> AsyncIterat
     gateway's view of that worker shows them running and queued; yields that load report."""
     worker_id = worker.url.removeprefix("http://")
 
-    async def generate(client: httpx.AsyncClient, i: int) -> None:
+    async def generate(client: httpx.AsyncClient, i: int) -> str:
         body = {
             "model": "tiny",
             "messages": [{"role": "user", "content": f"Background job {i}: " + "go on " * 20}],
@@ -192,8 +192,12 @@ async def busy(gateway: httpx.AsyncClient, worker: WorkerProcess) -> AsyncIterat
             "stream": True,
         }
         async with client.stream("POST", f"{worker.url}/v1/chat/completions", json=body) as response:
-            async for _ in response.aiter_lines():
-                pass
+            if response.status_code != 200:
+                return f"job {i}: HTTP {response.status_code} {(await response.aread())[:300]!r}"
+            last = ""
+            async for line in response.aiter_lines():
+                last = line or last
+            return f"job {i}: its stream ended; its last line: {last[:300]}"
 
     async def loaded() -> dict[str, Any] | None:
         shown = (await gateway.get("/v1/admin/workers", headers=ADMIN)).json()["data"]
@@ -208,7 +212,8 @@ async def busy(gateway: httpx.AsyncClient, worker: WorkerProcess) -> AsyncIterat
         jobs = [asyncio.create_task(generate(client, i)) for i in range(BUSY_STREAMS)]
         try:
             yield await eventually(loaded, f"{worker_id} busy")
-            assert not any(job.done() for job in jobs), "a background generation ended early"
+            ended = [job.result() if not job.exception() else repr(job.exception()) for job in jobs if job.done()]
+            assert not ended, f"background generations ended early: {ended}"
         finally:
             for job in jobs:
                 job.cancel()
