@@ -172,6 +172,7 @@ class Endpoints:
             "ttl_ms": body.ttl_ms,
             "target": body.target,
             "await_pool_ms": body.await_pool_ms,
+            "expected_in_ms": body.expected_in_ms,
         }
         record = await self._call("start", call, tokens=pack_tokens(input_ids))
         if isinstance(record, JSONResponse):

@@ -13,11 +13,15 @@ priority-based KV memory: a page's rank comes from what the gateway knows of its
      ttl passes, then the lowest priority of all (`LOWEST_PRIORITY`): a wrong hint decays;
 3. within one priority, pages no live hint expects (an idle session whose user is reading) before
    pages a live hint does (an unused prefetch within its ttl, a retain before its deadline);
-4. among hinted pages, the hint that ends soonest first: a hint's rank decays towards its end;
+4. among hinted pages, the one whose request is expected last goes first (Belady's rule on what
+   the hints say: a prefetch's `expected_in`, at once when the gateway gave none; a retain's
+   deadline). With many live hints and little memory, the hint whose turn is about to come keeps
+   its pages; when it went the other way (the hint that ends soonest first), the oldest hints, whose
+   turns were the next to arrive, were evicted by the newer ones (docs/prefetch.md);
 5. then SGLang's own key (LRU, or priority + LRU).
 
 A prefetch may evict what ranks below it (`ranks_below`): an advisory's pages displace pages of
-a lower priority and unhinted pages of its own, never another live hint's of its priority.
+a lower priority, unhinted pages of its own, and live hints of its own priority expected after it.
 
 "Used" is read from the node's `last_access_time`, which SGLang bumps whenever a request's
 prefix match or insert walks through the node: a node touched after the prefetch settled has
@@ -56,6 +60,11 @@ class _Prefetched:
     fresh_until: float
     settled_access: float
     """The node's `last_access_time` when the prefetch settled: any later access is a use."""
+    expected_at: float
+    """When the request the prefetch is for is expected."""
+    brought: bool
+    """The prefetch brought it (past the ttl unused, a wrong hint's page: the lowest priority); False: it was
+    already there (past the ttl, back to its own)."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +86,20 @@ class KVFate:
 
     # --- marks ---------------------------------------------------------------------------------
 
-    def mark_prefetched(self, nodes: Iterable[TreeNodeLike], priority: int, ttl_s: float, now: float) -> None:
-        """Nodes a prefetch brought in (none of them held by a request yet).
+    def mark_prefetched(
+        self,
+        nodes: Iterable[TreeNodeLike],
+        priority: int,
+        ttl_s: float,
+        now: float,
+        *,
+        expected_at: float | None = None,
+        brought: bool = True,
+    ) -> None:
+        """Nodes of a prefetch's context, for a request expected at `expected_at` (None: now): those it
+        brought in, or (`brought=False`) those already there. A hint for a session whose KV is still on
+        the worker that served its last turn (the commonest hint) must protect those pages as much as
+        pages it loads: unmarked, they ranked as any idle session's and went before every other hint's.
 
         Each also takes the prefetch's priority as its own (raising only, as an insert does): the
         host insert that brought it gave it its parent's, which for a node under the root is the
@@ -86,7 +107,8 @@ class KVFate:
         """
         for node in nodes:
             node.priority = max(int(node.priority), priority)
-            self._prefetched[node] = _Prefetched(priority, now + ttl_s, node.last_access_time)
+            expected = now if expected_at is None else expected_at
+            self._prefetched[node] = _Prefetched(priority, now + ttl_s, node.last_access_time, expected, brought)
             self._maybe_marked.add(id(node))
 
     def hold(self, nodes: Iterable[TreeNodeLike], priority: int, ttl_s: float, now: float) -> None:
@@ -124,43 +146,50 @@ class KVFate:
         return self._rank(node, now)[0]
 
     def _rank(self, node: TreeNodeLike, now: float) -> tuple[int, float | None]:
-        """The node's effective priority, and when the live hint that expects it ends (None: no live hint)."""
-        hint_until: float | None = None
+        """The node's effective priority, and when a live hint expects its request (None: no live hint)."""
+        expected: float | None = None
         mark = self._prefetched.get(node)
         if mark is not None and node.last_access_time <= mark.settled_access:
             if now < mark.fresh_until:
-                priority, hint_until = mark.priority, mark.fresh_until
+                priority, expected = max(mark.priority, int(node.priority)), mark.expected_at
             else:
-                priority = LOWEST_PRIORITY
+                priority = LOWEST_PRIORITY if mark.brought else int(node.priority)
         else:
             priority = int(node.priority)
         hold = self._held.get(node)
         if hold is not None and now < hold.until:
+            # A retain expects its request by its deadline (a tool's predicted end and a margin).
             if hold.priority > priority:
-                priority, hint_until = hold.priority, hold.until
+                priority, expected = hold.priority, hold.until
             else:
-                hint_until = hold.until if hint_until is None else max(hint_until, hold.until)
-        return priority, hint_until
+                expected = hold.until if expected is None else min(expected, hold.until)
+        return priority, expected
 
     def eviction_rank(self, node: TreeNodeLike, now: float) -> tuple[int, int, int, float]:
-        """Smaller goes first: (not being dropped, effective priority, a live hint expects it, when that hint ends)."""
+        """Smaller goes first: (not being dropped, effective priority, a live hint expects it, how soon: the hint
+        expected last first)."""
         doomed = node in self._doomed
-        priority, hint_until = self._rank(node, now)
-        hinted = hint_until is not None
-        return (0 if doomed else 1, priority, 1 if hinted else 0, hint_until if hint_until is not None else 0.0)
+        priority, expected = self._rank(node, now)
+        hinted = expected is not None
+        return (0 if doomed else 1, priority, 1 if hinted else 0, -expected if expected is not None else 0.0)
 
-    def ranks_below(self, node: TreeNodeLike, priority: int, now: float) -> bool:
-        """Whether a hinted prefetch of `priority` may evict this node: a lower priority, or its own unhinted."""
-        own, hint_until = self._rank(node, now)
-        return node in self._doomed or own < priority or (own == priority and hint_until is None)
+    def ranks_below(self, node: TreeNodeLike, priority: int, now: float, expected_at: float | None = None) -> bool:
+        """Whether a hinted prefetch of `priority`, for a request expected at `expected_at` (None: not compared),
+        may evict this node: a lower priority, its own priority unhinted, or hinted but expected after it."""
+        own, expected = self._rank(node, now)
+        if node in self._doomed or own < priority:
+            return True
+        if own > priority:
+            return False
+        return expected is None or (expected_at is not None and expected > expected_at)
 
     def rank_class(self, node: TreeNodeLike, now: float) -> str:
         """What a page evicted for a prefetch was, for the counters: `expired_hint` (an unused prefetch past its
-        ttl), `unhinted` (no live hint), `hinted` (a live hint of a lower priority)."""
-        priority, hint_until = self._rank(node, now)
+        ttl), `unhinted` (no live hint), `hinted` (a live hint of a lower priority, or expected later)."""
+        priority, expected = self._rank(node, now)
         if priority == LOWEST_PRIORITY and self.is_unused_prefetch(node):
             return "expired_hint"
-        return "unhinted" if hint_until is None else "hinted"
+        return "unhinted" if expected is None else "hinted"
 
     def counts(self) -> dict[str, int]:
         return {"prefetched": len(self._prefetched), "held": len(self._held)}
@@ -168,16 +197,17 @@ class KVFate:
     # --- upkeep --------------------------------------------------------------------------------
 
     def sweep(self, now: float) -> None:
-        """Forget holds past their deadline and prefetch marks whose node has been used.
+        """Forget holds past their deadline, prefetch marks whose node has been used, and marks of
+        pages that were already there once their ttl has passed.
 
-        An unused prefetch past its ttl stays marked: that mark is what keeps it at the lowest
-        priority (its own priority may be higher, inherited from its parent).
+        An unused page a prefetch brought stays marked past its ttl: that mark is what keeps it at the
+        lowest priority (its own priority may be higher, inherited from its parent).
         """
         for node, hold in list(self._held.items()):
             if now >= hold.until:
                 del self._held[node]
         for node, mark in list(self._prefetched.items()):
-            if node.last_access_time > mark.settled_access:
+            if node.last_access_time > mark.settled_access or (not mark.brought and now >= mark.fresh_until):
                 del self._prefetched[node]
         marked = [*self._prefetched.keys(), *self._held.keys(), *self._doomed]
         self._maybe_marked = {id(node) for node in marked}

@@ -193,7 +193,10 @@ class PrefetchRequest(_Context):
     priority: int = 0
     ttl_ms: int = Field(default=30_000, ge=1, le=3_600_000)
     """After this long unused, the prefetched pages decay to the lowest priority (they are never pinned).
-    Until then they have `priority`, and go before used pages of the same priority (docs/prefetch.md)."""
+    Until then they have `priority`, and go after unhinted pages of the same priority (docs/prefetch.md)."""
+    expected_in_ms: int | None = Field(default=None, ge=0, le=3_600_000)
+    """When the session's next request is expected, from now (None: at once). Among live hints of one priority
+    the one expected last gives its pages up first (docs/prefetch.md, "The order in which KV leaves a tier")."""
     target: PrefetchTarget = "device"
     await_pool_ms: int = Field(default=0, ge=0, le=30_000)
     """Pages of the context that no tier of this worker holds may still be on their way to the pool: the turn that

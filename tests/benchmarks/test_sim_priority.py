@@ -80,18 +80,29 @@ def test_a_ranked_prefetch_does_not_evict_another_live_ranked_one() -> None:
     assert list(worker.cached.entries) == ["second"]
 
 
-def test_ranks_decay_the_one_ending_soonest_goes_first_and_an_unranked_entry_before_any() -> None:
+def test_the_rank_ending_last_goes_first_and_an_unranked_entry_before_any() -> None:
+    # Belady's order on the hints, as the worker's: a rank ends its ttl after the request it expects, so the one
+    # ending last expects its request last.
     tier = _Tier(capacity=300)
     for sid in ("a", "b", "c"):
         tier.put(sid, 100)
     tier.retained.update(a=50.0, b=20.0)
     assert tier.victim(now=10.0) == "c"  # unranked first, though the most recently used
     tier.pop("c")
-    assert tier.victim(now=10.0) == "b"  # then the rank that ends soonest
-    assert tier.victim(now=25.0) == "b"  # b's rank has ended: plain LRU among the rest
+    assert tier.victim(now=10.0) == "a"  # then the rank that ends last
+    assert tier.victim(now=25.0) == "b"  # b's rank has ended: it is unranked now
     tier.retained["b"] = 60.0
-    assert tier.victim(now=25.0) == "a"
+    assert tier.victim(now=25.0) == "b"
     assert tier.unranked_tokens(now=55.0) == 100  # a's rank ended at 50
+
+
+def test_a_hint_ranks_a_session_already_on_the_device() -> None:
+    worker, pool, _ = _worker(device=300)
+    pool.put("here", 100)
+    worker.prefetch("here", "device")  # no rank: as an earlier turn would leave it
+    assert not worker.cached.ranked("here", 1.0)
+    worker.prefetch("here", "device", rank_until=30.0)
+    assert worker.cached.ranked("here", 1.0)
 
 
 def test_a_withdrawn_advisory_unranks_its_prefetch() -> None:

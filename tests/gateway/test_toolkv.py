@@ -216,6 +216,10 @@ async def test_a_long_tool_lets_the_kv_go_and_prefetches_it_to_the_routers_pick_
         clock.now += 1.01
         await eventually(lambda: _prefetched_on(gw, other))  # fired on time, at the router's pick then
         assert gw.workers[home].prefetches == {}
+        # The worker learns when the turn is expected (the predicted return), which ranks the prefetch's pages
+        # among other live hints': the one expected first keeps its pages.
+        (sent,) = (entry["request"] for entry in gw.workers[other].prefetches.values())
+        assert sent.expected_in_ms == pytest.approx((decision["load_s"] + 0.5 - 0.01) * 1000, abs=2)
 
         second = await _next_turn(gw, "long-1", first)
         assert second["worker"] == other

@@ -96,7 +96,14 @@ class Worker:
 
         self.cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
 
-    def prefetch(self, tokens: list[int], priority: int = 1, ttl_ms: int = 60_000, target: str = "device") -> Any:
+    def prefetch(
+        self,
+        tokens: list[int],
+        priority: int = 1,
+        ttl_ms: int = 60_000,
+        target: str = "device",
+        expected_in_ms: int | None = None,
+    ) -> Any:
         body = {
             "prefetch_id": uuid.uuid4().hex,
             "session_id": "s",
@@ -104,6 +111,7 @@ class Worker:
             "priority": priority,
             "ttl_ms": ttl_ms,
             "target": target,
+            "expected_in_ms": expected_in_ms,
         }
         record = self.extension.start(body)
         deadline = time.monotonic() + 10
@@ -275,6 +283,57 @@ def test_a_used_prefetch_ranks_as_a_session(workers: tuple[Worker, Worker]) -> N
     consumer.evict(4 * PAGE)
     assert consumer.tiers(session)[0] == 0
     assert consumer.tiers(hinted)[0] == 4 * PAGE
+
+
+def test_with_more_live_hints_than_host_memory_the_first_expected_keep_their_pages(
+    workers: tuple[Worker, Worker],
+) -> None:
+    # Typing hints for 14 sessions of 4 pages arrive one after another; host memory holds 12 such sessions, and
+    # other sessions' turns keep coming. The hints' requests come in the order the hints did, so the oldest
+    # hints' pages must stay (when the hint that ends soonest went first, the oldest three were the ones lost).
+    # One hint, made first, says its request comes in a minute (a long tool): it goes before all of them.
+    consumer, producer = workers
+    contexts = []
+    for _ in range(15):
+        contexts.append(in_pool_only(producer, 4))
+        producer.evict(4 * PAGE)  # the producer's own device stays small
+    later, hints = contexts[0], contexts[1:]
+    assert consumer.prefetch(later, target="host", expected_in_ms=60_000).pages_in_host == 4
+    for tokens in hints:
+        assert consumer.prefetch(tokens, target="host").pages_in_host == 4
+    for _ in range(4):
+        consumer.insert(context(4))
+        consumer.evict(4 * PAGE)
+
+    in_host = [consumer.tiers(tokens)[1] // PAGE for tokens in hints]
+    assert in_host[:10] == [4] * 10, in_host
+    assert consumer.tiers(later)[1] == 0
+    assert in_host[-1] == 0, in_host  # the newest hint's pages went with the room
+
+
+def test_a_hint_for_kv_already_on_the_worker_protects_it_as_a_prefetched_one(workers: tuple[Worker, Worker]) -> None:
+    # The commonest hint: the session's last turn ran here and its pages are still on the device. The prefetch
+    # brings nothing, but its pages must rank as the hint's (they ranked as an idle session's, the oldest first).
+    consumer, _ = workers
+    session = context(4)
+    consumer.insert(session)
+    record = consumer.prefetch(session, ttl_ms=300)
+    assert (record.pages_on_device, record.pages_requested) == (4, 0)
+    newer = context(4)
+    consumer.insert(newer)  # another session's turn, after the hint: more recently used
+
+    consumer.evict(4 * PAGE)
+    assert consumer.tiers(newer)[0] == 0  # no hint expects it: it goes first
+    assert consumer.tiers(session)[0] == 4 * PAGE
+
+    # Past the ttl the pages rank as the session's own again (not below everything, as a wrong hint's loaded pages).
+    later = context(4)
+    consumer.insert(later)
+    time.sleep(0.4)
+    consumer.extension.tick()
+    consumer.evict(4 * PAGE)
+    assert consumer.tiers(session)[0] == 0  # the least recently used now
+    assert consumer.tiers(later)[0] == 4 * PAGE
 
 
 def test_unused_prefetch_decays_to_the_lowest_priority_after_its_ttl(workers: tuple[Worker, Worker]) -> None:

@@ -169,11 +169,36 @@ def test_a_prefetch_may_evict_lower_priorities_and_unhinted_kv_of_its_own_not_li
     may = [node for node in (lower, idle, hinted, retained, higher) if fate.ranks_below(node, priority=1, now=1.0)]
     assert may == [lower, idle]
     assert [fate.rank_class(node, 1.0) for node in (lower, idle, hinted)] == ["unhinted", "unhinted", "hinted"]
-    # Ranks decay: the hint that ends soonest goes first, and an ended one is no hint.
+    # The prefetch expects its request at once, the retain by its deadline: the retain goes first. An ended hint
+    # is no hint.
     assert sorted([hinted, retained], key=lambda node: fate.eviction_rank(node, now=1.0)) == [retained, hinted]
     assert fate.ranks_below(retained, priority=1, now=6.0)
     assert fate.ranks_below(hinted, priority=1, now=11.0)
     assert fate.rank_class(hinted, 11.0) == "expired_hint"
+
+
+def test_among_live_hints_the_one_expected_last_goes_first() -> None:
+    # Belady's rule on what the hints say: many typing hints and little memory must keep the session whose user
+    # started first (its turn is the next to come), not the newest hint's.
+    fate = KVFate()
+    oldest, newer, newest = (Node(priority=1, last_access_time=t) for t in (1.0, 2.0, 3.0))
+    fate.mark_prefetched([oldest], priority=1, ttl_s=30.0, now=0.0)
+    fate.mark_prefetched([newer], priority=1, ttl_s=30.0, now=1.0)
+    fate.mark_prefetched([newest], priority=1, ttl_s=30.0, now=2.0)
+    order = sorted([oldest, newer, newest], key=lambda node: fate.eviction_rank(node, now=5.0))
+    assert order == [newest, newer, oldest]
+    # A hint whose request is overdue is still the nearest: it keeps its pages until its ttl.
+    assert sorted([oldest, newest], key=lambda node: fate.eviction_rank(node, now=29.0)) == [newest, oldest]
+    assert sorted([oldest, newest], key=lambda node: fate.eviction_rank(node, now=30.5)) == [oldest, newest]
+
+    # The gateway's own estimate (a tool's predicted return) places a hint later than one made after it.
+    tool = Node(priority=1, last_access_time=4.0)
+    fate.mark_prefetched([tool], priority=1, ttl_s=60.0, now=3.0, expected_at=40.0)
+    assert sorted([tool, newest], key=lambda node: fate.eviction_rank(node, now=5.0)) == [tool, newest]
+    # A prefetch may displace a live hint of its priority expected after its own request, never one before it.
+    assert fate.ranks_below(tool, priority=1, now=5.0, expected_at=5.0)
+    assert not fate.ranks_below(oldest, priority=1, now=5.0, expected_at=5.0)
+    assert not fate.ranks_below(tool, priority=1, now=5.0)  # no time given: live hints are spared
 
 
 def test_the_quota_counts_evictable_kv_below_the_prefetch_beyond_the_reserve() -> None:

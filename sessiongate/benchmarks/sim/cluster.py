@@ -205,7 +205,6 @@ class _Cluster:
                 on_done=self._turn_done,
                 bytes_moved=self.bytes_moved,
                 machine=self.machine,
-                farthest_first=spec.oracle,
             )
             for i in range(workers)
         ]

@@ -166,18 +166,16 @@ class _Tier:
     entries that rank above the rest until a time (`retained`: a live advisory's prefetch, or a `retain`).
 
     Eviction follows rank, then recency, as `sglang_ext.kv_fate` orders SGLang's own eviction: unranked entries
-    first, least recently used first; then ranked ones, the rank that ends soonest first (a hint's rank decays
-    towards its advisory's expiry), least recently used among equals. A rank never pins: once only ranked entries
-    are left, they go too. An expired rank is no rank."""
+    first, least recently used first; then ranked ones, the one whose rank ends last first, least recently used
+    among equals. A rank ends its advisory's ttl after the request it expects (the oracle's: at that request), so
+    this is Belady's order on what the hints say, the worker's rule (`KVFate.eviction_rank`). A rank never pins:
+    once only ranked entries are left, they go too. An expired rank is no rank."""
 
     capacity: int
     used: int = 0
     entries: OrderedDict[str, int] = field(default_factory=OrderedDict)
     ready_at: dict[str, float] = field(default_factory=dict)
     retained: dict[str, float] = field(default_factory=dict)
-    farthest_first: bool = False
-    """Among ranked entries, the one whose rank ends last goes first: Belady's order, for an oracle whose ranks end
-    when each session's next turn comes."""
 
     def pop(self, session_id: str) -> int:
         tokens = self.entries.pop(session_id, 0)
@@ -200,9 +198,7 @@ class _Tier:
             until = self.retained.get(session_id)
             if until is None or until <= now:
                 return session_id
-            if ranked is None or (
-                until > self.retained[ranked] if self.farthest_first else until < self.retained[ranked]
-            ):
+            if ranked is None or until > self.retained[ranked]:
                 ranked = session_id
         assert ranked is not None
         return ranked
@@ -239,7 +235,6 @@ class SimWorker:
         on_done: Callable[[Request], None],
         bytes_moved: dict[str, int],
         machine: Machine | None = None,
-        farthest_first: bool = False,
     ) -> None:
         self.id = worker_id
         self.machine = machine
@@ -248,9 +243,9 @@ class SimWorker:
         self.pool = pool
         self.on_done = on_done
         self.bytes_moved = bytes_moved
-        self.host = _Tier(cal.host_kv_tokens, farthest_first=farthest_first) if host_tier else None
+        self.host = _Tier(cal.host_kv_tokens) if host_tier else None
         # Evictable device entries; `reserved` is the in-use rest.
-        self.cached = _Tier(cal.device_kv_tokens, farthest_first=farthest_first)
+        self.cached = _Tier(cal.device_kv_tokens)
         self.reserved = 0
         self.waiting: deque[Request] = deque()
         self.loading = 0
@@ -541,8 +536,12 @@ class SimWorker:
         ready = max(now, self.host.ready_at.get(session_id, now))
         loaded = 0
         in_pool = self._pages(self.pool.get(session_id)) if self.pool is not None else 0
-        if rank_until is not None and in_host:
-            self.host.retained[session_id] = rank_until
+        if rank_until is not None:
+            # The hint ranks what is already here too (the session's last turn ran on this worker), as the worker does.
+            if in_host:
+                self.host.retained[session_id] = rank_until
+            if device:
+                self.cached.retained[session_id] = rank_until
         if in_pool > max(in_host, device):
             start = max(now, self.nic_free_at)
             self.nic_free_at = ready = start + self._copy_s(

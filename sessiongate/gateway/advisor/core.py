@@ -43,6 +43,8 @@ class LiveAdvisory:
     created_at: float
     fire_at: float
     expires_at: float
+    # When its request is expected (a tool's predicted return, an advise's `expected_in_s`); None: not known.
+    expected_at: float | None = None
     fired: bool = False
     ready_at: float | None = None
     failed: bool = False

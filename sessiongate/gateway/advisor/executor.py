@@ -207,6 +207,7 @@ class Executor:
             created_at=now,
             fire_at=now + action.fire_in_s,
             expires_at=now + action.ttl_s,
+            expected_at=None if action.expected_in_s is None else now + action.expected_in_s,
         )
         if signal.decision is not None:
             self.tools.apply(signal.decision, advisory, now)

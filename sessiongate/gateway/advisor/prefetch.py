@@ -102,6 +102,10 @@ class Prefetcher:
             tools=tools,
             priority=record.priority,
             ttl_ms=max(int((advisory.expires_at - self.clock()) * 1000), 1),
+            # Among live hints the worker keeps the one expected first (none given: it expects the request at once).
+            expected_in_ms=None
+            if advisory.expected_at is None
+            else min(max(round((advisory.expected_at - self.clock()) * 1000), 0), 3_600_000),
             target="host" if advisory.target == "host" else "device",
             cache_salt=self.cache_salt_for(tenant_id) if self.cache_salt_for else None,
             await_pool_ms=self._await_pool_ms(session_id, advisory.worker_id),

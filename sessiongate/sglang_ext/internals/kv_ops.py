@@ -282,8 +282,9 @@ class Evictable:
         return taken
 
 
-def evictable_below(cache: Any, fate: KVFate, priority: int, now: float) -> Evictable:
-    """The device tokens SGLang's eviction reaches before any page a prefetch of `priority` must spare.
+def evictable_below(cache: Any, fate: KVFate, priority: int, now: float, expected_at: float | None = None) -> Evictable:
+    """The device tokens SGLang's eviction reaches before any page a prefetch of `priority` (for a request expected
+    at `expected_at`) must spare.
 
     Eviction takes device leaves; a node becomes a leaf once its device-resident children are gone. So
     from each evictable leaf this climbs while the node is device-resident, unlocked (no request holds
@@ -299,7 +300,7 @@ def evictable_below(cache: Any, fate: KVFate, priority: int, now: float) -> Evic
         node = leaf
         while node is not root and node is not None and node not in counted:
             value = _full(node).value
-            if value is None or _locked(node) or not fate.ranks_below(node, priority, now):
+            if value is None or _locked(node) or not fate.ranks_below(node, priority, now, expected_at):
                 break
             if any(child not in counted and _full(child).value is not None for child in node.children.values()):
                 break

@@ -56,6 +56,8 @@ class _Job:
     pool_check: Future[int] | None = None
     """The pool's answer to "how many of the leading pages do you hold?", asked off this thread."""
     pool_checked_at: float = 0.0
+    expected_at: float | None = None
+    """When (monotonic) the request this prefetch is for is expected (None: at once)."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ class PrefetchJobs:
             cache_salt=body.get("cache_salt"),
             phase="resident",
         )
+        if (expected_in_ms := body.get("expected_in_ms")) is not None:
+            job.expected_at = time.monotonic() + int(expected_in_ms) / 1000
         page = self._page_size
         full_tokens = len(token_ids) // page * page
         residency = self._residency(job)
@@ -325,7 +329,7 @@ class PrefetchJobs:
             free = int(self._scheduler.token_to_kv_pool_allocator.available_size())
             quota = self._device_quota()
             # Walking the tree for what ranks below the prefetch is for when free pages alone cannot hold it.
-            evictable = self._evictable(record.priority) if quota < residency.host_tokens else None
+            evictable = self._evictable(record.priority, job) if quota < residency.host_tokens else None
             if evictable is not None:
                 quota = self._device_quota(evictable.tokens)
             if residency.host_tokens > 0 and self._cache.load_back(residency.best_match_node, mem_quota=quota):
@@ -344,18 +348,24 @@ class PrefetchJobs:
             self._cache.ready_to_load_host_cache()
 
     def _mark_prefetched(self, job: _Job, record: PrefetchRecord) -> None:
-        """The nodes this prefetch inserted go first under pressure until a request uses them."""
+        """The context's pages rank as a live hint's until a request uses them or the ttl passes: those this
+        prefetch brought in, and those that were already here."""
         if not self._fate_ordered:
             return
         pages = kv_ops.session_pages(self._cache, job.token_ids, job.cache_salt)
         brought = [node for node, start in zip(pages.path, pages.starts, strict=True) if start >= job.resident_tokens]
-        self._fate.mark_prefetched(brought, record.priority, record.ttl_ms / 1000, time.monotonic())
+        there = [node for node, start in zip(pages.path, pages.starts, strict=True) if start < job.resident_tokens]
+        now, ttl_s = time.monotonic(), record.ttl_ms / 1000
+        self._fate.mark_prefetched(brought, record.priority, ttl_s, now, expected_at=job.expected_at)
+        self._fate.mark_prefetched(there, record.priority, ttl_s, now, expected_at=job.expected_at, brought=False)
 
-    def _evictable(self, priority: int) -> kv_ops.Evictable | None:
+    def _evictable(self, priority: int, job: _Job) -> kv_ops.Evictable | None:
         """The device pages a prefetch of `priority` may displace (None where the eviction order is SGLang's own)."""
         if not self._fate_ordered:
             return None
-        return kv_ops.evictable_below(self._cache, self._fate, priority, time.monotonic())
+        now = time.monotonic()
+        expected_at = now if job.expected_at is None else job.expected_at
+        return kv_ops.evictable_below(self._cache, self._fate, priority, now, expected_at)
 
     def _device_quota(self, evictable_tokens: int = 0) -> int:
         scheduler = self._scheduler
