@@ -183,6 +183,13 @@ class GatewaySettings(EnvSettings):
     """Fire the tool-result advisory when the "last" pending call of the turn returns, or at the "first"."""
     advisory_lead_s: float = 1.0
     """A tool-call advisory is fired this long before the tool is expected to end (recorded durations)."""
+    advisory_typing_timed: bool = True
+    """Fire a typing hint's prefetch `advisory_lead_s` before the turn usually comes (learnt per tenant from when
+    its turns followed their first typing signal, advisor/typing_gaps.py), not at once: fewer hints then hold memory
+    at the same time, and the worker is chosen closer to the turn. Off, or until a tenant has 3 such gaps: at once."""
+    advisory_typing_quantile: float = Field(0.25, ge=0.0, le=1.0)
+    """The share of a tenant's typing-to-turn gaps shorter than the one a typing hint expects (low: most turns come
+    later than the prefetch is timed for)."""
     advisory_tool_kv: bool = True
     """The tool-call KV lifecycle (advisor/toolkv.py): when off, a turn that ends in tool calls makes no advisory
     (the KV is left to the workers' eviction, as without sessiongate); posted tool results still signal."""

@@ -90,6 +90,7 @@ async def start_routing(
         lead_s=settings.advisory_lead_s,
         tool_result_trigger=settings.advisory_tool_result_trigger,
         tool_kv_enabled=settings.advisory_tool_kv,
+        typing_quantile=settings.advisory_typing_quantile if settings.advisory_typing_timed else None,
         cache_salt_for=cache_salt_for,
         shared=shared,
         replica=replica,

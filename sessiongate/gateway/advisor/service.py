@@ -49,6 +49,7 @@ from .replicas import advisories_for
 from .stats import AdvisoryStats
 from .tool_lifecycle import ToolLifecycle
 from .toolkv import ResultGaps, ToolDurations, ToolKVDecision, ToolKVPolicy
+from .typing_gaps import TypingGaps
 
 __all__ = ["Advisor"]
 
@@ -80,6 +81,7 @@ class Advisor:
         unix: Callable[[], float] = time.time,
         tool_kv: ToolKVPolicy | None = None,
         tool_kv_enabled: bool = True,
+        typing_quantile: float | None = None,
         tracing: Tracing = NO_TRACING,
     ) -> None:
         self.store = store
@@ -92,6 +94,8 @@ class Advisor:
             policy=tool_kv or ToolKVPolicy(), stats=self.stats, extension=extension, cache_salt_for=cache_salt_for
         )
         self.tool_kv_enabled = tool_kv_enabled
+        # When a typing hint's turn is expected, learnt per tenant (None: typing prefetches fire at once).
+        self.typing_gaps = TypingGaps(typing_quantile) if typing_quantile is not None else None
         self.lead_s = lead_s
         self.tool_result_trigger = tool_result_trigger
         self.clock = clock
@@ -220,6 +224,8 @@ class Advisor:
         two replicas may still make two advisories (two prefetches), the later one replacing the earlier in the
         shared state, whose owner then settles it (wasted) when its copy expires: none is left pending.
         """
+        if kind == "typing" and expected_in_s is None and self.typing_gaps is not None:
+            expected_in_s = self.typing_gaps.started(session_id, tenant_id, self.clock())
         lock, users = self._signal_locks.get(session_id) or (asyncio.Lock(), 0)
         self._signal_locks[session_id] = (lock, users + 1)
         try:
@@ -303,6 +309,8 @@ class Advisor:
         prefetch), or counts as missed when none foresaw it."""
         now = self.clock()
         foreseen = self.tools.turn_began(session_id, now)
+        if self.typing_gaps is not None:
+            self.typing_gaps.turn_began(session_id, now)
         claim = self.book.claim(session_id, worker_id, now)
         if claim is not None:
             self._claims[turn_id] = claim

@@ -130,8 +130,11 @@ class ResultGaps:
         self._gaps.add(tenant_id, max(seconds, 0.0))
 
     def median(self, tenant_id: str) -> float | None:
+        return self.quantile(tenant_id, 0.5)
+
+    def quantile(self, tenant_id: str, q: float) -> float | None:
         gaps = self._gaps.get(tenant_id)
-        return quantile(gaps, 0.5) if gaps is not None and len(gaps) >= self.min_samples else None
+        return quantile(gaps, q) if gaps is not None and len(gaps) >= self.min_samples else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,47 @@
+"""When a typing hint's prefetch fires: just before the turn usually comes, learnt per tenant, not at once.
+
+SYMPHONY's typing hint comes seconds before the turn (11.3 s on its chat trace). A prefetch fired at once holds
+its pages for all that time, and under memory pressure the live hints of many sessions at once do not fit: on
+two CPU workers with 24 sessions, 66-130 of about 500 typing hints found their prefetched pages gone by the
+time the turn came, and a worker chosen seconds ahead was often not the router's choice when the turn came
+(docs/prefetch.md). So the gateway learns, per tenant, how long after a session's first typing signal its turn
+arrives (the newest gaps, as `ResultGaps` learns tool results'), and a typing signal expects its turn at a low
+quantile of them (`quantile`: most turns come later). The advisor fires the prefetch `lead_s` before that, as it
+does a tool's, and the worker ranks its pages by it (Belady's order among live hints). Until a tenant has
+`ResultGaps.min_samples` gaps, typing prefetches fire at once, as before.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .toolkv import ResultGaps
+
+__all__ = ["TypingGaps"]
+
+_MAX_PENDING = 100_000
+
+
+class TypingGaps:
+    def __init__(self, quantile: float = 0.25) -> None:
+        self.quantile = quantile
+        self.gaps = ResultGaps(max_samples=50)
+        # Sessions whose user started typing since their last turn: (tenant, when the first signal came).
+        self._started: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def started(self, session_id: str, tenant_id: str, now: float) -> float | None:
+        """A typing signal: the seconds until the turn is expected (None: not learnt yet). Repeated signals
+        before the turn keep the first one's time, so a refresh never pushes the expected turn later."""
+        first = self._started.get(session_id)
+        if first is None:
+            first = (tenant_id, now)
+            self._started[session_id] = first
+            while len(self._started) > _MAX_PENDING:  # soft state: the oldest go first
+                self._started.popitem(last=False)
+        gap = self.gaps.quantile(tenant_id, self.quantile)
+        return None if gap is None else max(first[1] + gap - now, 0.0)
+
+    def turn_began(self, session_id: str, now: float) -> None:
+        """The session's turn arrived: learn how long after its first typing signal."""
+        if (first := self._started.pop(session_id, None)) is not None:
+            self.gaps.record(first[0], now - first[1])
