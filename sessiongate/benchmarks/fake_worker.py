@@ -454,8 +454,11 @@ def _extension_routes(b: FakeWorkerBehaviour) -> list[Route]:
         prefetch_id = request.path_params["prefetch_id"]
         if not b.extension or prefetch_id not in b.prefetches:
             return missing()
-        if request.method == "DELETE" and b.prefetches[prefetch_id]["state"] == "queued":
-            b.prefetches[prefetch_id]["state"] = "cancelled"
+        if request.method == "DELETE":
+            # A finished prefetch stays done; the real worker then ends its hint (its pages' rank).
+            b.prefetches[prefetch_id]["cancelled_at"] = time.monotonic()
+            if b.prefetches[prefetch_id]["state"] == "queued":
+                b.prefetches[prefetch_id]["state"] = "cancelled"
         return Response(status(prefetch_id).model_dump_json(), media_type="application/json")
 
     async def session_kv(request: Request) -> Response:

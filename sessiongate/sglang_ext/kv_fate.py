@@ -35,6 +35,7 @@ longer change the order, so the tables stay as small as the live marks.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import weakref
 from collections.abc import Iterable
@@ -95,7 +96,7 @@ class KVFate:
         *,
         expected_at: float | None = None,
         brought: bool = True,
-    ) -> None:
+    ) -> list[tuple[TreeNodeLike, object]]:
         """Nodes of a prefetch's context, for a request expected at `expected_at` (None: now): those it
         brought in, or (`brought=False`) those already there. A hint for a session whose KV is still on
         the worker that served its last turn (the commonest hint) must protect those pages as much as
@@ -105,11 +106,24 @@ class KVFate:
         host insert that brought it gave it its parent's, which for a node under the root is the
         root's `LOWEST_PRIORITY`, and it keeps its own once a request has used it.
         """
+        marks: list[tuple[TreeNodeLike, object]] = []
+        expected = now if expected_at is None else expected_at
         for node in nodes:
             node.priority = max(int(node.priority), priority)
-            expected = now if expected_at is None else expected_at
-            self._prefetched[node] = _Prefetched(priority, now + ttl_s, node.last_access_time, expected, brought)
+            mark = _Prefetched(priority, now + ttl_s, node.last_access_time, expected, brought)
+            self._prefetched[node] = mark
             self._maybe_marked.add(id(node))
+            marks.append((node, mark))
+        return marks
+
+    def end_hint(self, marks: Iterable[tuple[TreeNodeLike, object]], now: float) -> None:
+        """The hint these marks (`mark_prefetched`'s) were for is over with no use here (its turn went to another
+        worker, or the advisory was withdrawn): as if their ttl had passed now. Pages it brought go to the lowest
+        priority, pages that were already there back to their own. A page used since, or marked again by
+        another prefetch (a prefix two sessions share), keeps what it has."""
+        for node, mark in marks:
+            if self._prefetched.get(node) is mark and isinstance(mark, _Prefetched) and mark.fresh_until > now:
+                self._prefetched[node] = dataclasses.replace(mark, fresh_until=now)
 
     def hold(self, nodes: Iterable[TreeNodeLike], priority: int, ttl_s: float, now: float) -> None:
         """Raise the nodes to at least `priority` until `now + ttl_s` (a later hold replaces it)."""

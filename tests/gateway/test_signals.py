@@ -112,6 +112,38 @@ async def test_typing_is_debounced_and_expires_as_wasted(make_gateway: Any) -> N
         assert sum(len(w.prefetches) for w in gw.workers.values()) == 1
         (settled,) = await _settled(gw, "waste-1")
         assert settled.outcome == "wasted"
+        # Its finished prefetch is cancelled on its worker: the pages no longer rank as a live hint's there.
+        (prefetch,) = (p for w in gw.workers.values() for p in w.prefetches.values())
+        await eventually(lambda: _true("cancelled_at" in prefetch))
+        assert prefetch["state"] == "done"
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_turn_that_went_elsewhere_ends_its_hint_on_the_prefetchs_worker(make_gateway: Any) -> None:
+    async with make_gateway(**FAST) as gw:
+        first = await _turn(gw, "elsewhere-1", [USER])
+        typing = (await gw.client.post("/v1/sessions/elsewhere-1/typing", json={"state": "started"})).json()
+        hinted = gw.name_of(typing["worker"])
+        other = "worker-b" if hinted == "worker-a" else "worker-a"
+
+        async def done() -> bool:
+            return any(p["state"] == "done" for p in gw.workers[hinted].prefetches.values())
+
+        await eventually(done)
+        gw.workers[hinted].queued = 40  # the hinted worker got busy: the turn goes to the other one
+        await eventually(
+            lambda: _true(gw.state.router.candidates()[0].queued + gw.state.router.candidates()[1].queued == 40)
+        )
+        answer = {"role": "assistant", "content": first["choices"][0]["message"]["content"]}
+        second = await _turn(gw, "elsewhere-1", [USER, answer, {"role": "user", "content": "and then?"}])
+        assert gw.name_of(second["worker"]) == other
+        (prefetch,) = gw.workers[hinted].prefetches.values()
+        await eventually(lambda: _true("cancelled_at" in prefetch))
+        (settled,) = await _settled(gw, "elsewhere-1")
+        assert settled.outcome == "wasted"
 
 
 async def test_typing_stopped_cancels_after_the_grace(make_gateway: Any) -> None:

@@ -336,6 +336,21 @@ def test_a_hint_for_kv_already_on_the_worker_protects_it_as_a_prefetched_one(wor
     assert consumer.tiers(later)[0] == 4 * PAGE
 
 
+def test_cancelling_a_finished_prefetch_ends_its_hint(workers: tuple[Worker, Worker]) -> None:
+    # The advisory is over with no use here (its turn went to another worker): its pages go first, not last.
+    consumer, producer = workers
+    hinted = in_pool_only(producer, 4)
+    record = consumer.prefetch(hinted)
+    assert record.pages_on_device == 4
+    session = context(4)
+    consumer.insert(session)  # an idle session, unhinted
+
+    assert consumer.extension.prefetches.cancel(record.prefetch_id).state == "done"
+    consumer.evict(4 * PAGE)
+    assert consumer.tiers(hinted)[0] == 0  # the wrong hint's pages left first
+    assert consumer.tiers(session)[0] == 4 * PAGE
+
+
 def test_unused_prefetch_decays_to_the_lowest_priority_after_its_ttl(workers: tuple[Worker, Worker]) -> None:
     consumer, producer = workers
     hinted = in_pool_only(producer, 3)

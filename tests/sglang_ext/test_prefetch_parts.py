@@ -201,6 +201,21 @@ def test_among_live_hints_the_one_expected_last_goes_first() -> None:
     assert not fate.ranks_below(tool, priority=1, now=5.0)  # no time given: live hints are spared
 
 
+def test_an_ended_hint_decays_at_once_and_leaves_another_prefetchs_marks() -> None:
+    fate = KVFate()
+    brought = Node(priority=LOWEST_PRIORITY, last_access_time=1.0)
+    there = Node(priority=1, last_access_time=2.0)
+    shared = Node(priority=1, last_access_time=3.0)
+    marks = fate.mark_prefetched([brought, shared], priority=2, ttl_s=30.0, now=0.0)
+    marks += fate.mark_prefetched([there], priority=2, ttl_s=30.0, now=0.0, brought=False)
+    fate.mark_prefetched([shared], priority=2, ttl_s=30.0, now=1.0)  # another session's hint shares this page
+    fate.end_hint(marks, now=2.0)
+    assert fate.effective_priority(brought, now=2.0) == LOWEST_PRIORITY  # a wrong hint's page
+    assert fate.rank_class(brought, now=2.0) == "expired_hint"
+    assert fate.eviction_rank(there, now=2.0)[1:3] == (2, 0)  # its own priority (raised by the insert), unhinted
+    assert fate.eviction_rank(shared, now=2.0)[1:3] == (2, 1)  # still the other hint's
+
+
 def test_the_quota_counts_evictable_kv_below_the_prefetch_beyond_the_reserve() -> None:
     demand = [DemandItem(300), DemandItem(200)]
     assert device_prefetch_quota(free_tokens=400, demand=demand, page_size=64) == 0

@@ -275,9 +275,14 @@ class Executor:
             log.info("prefetch_failed", advisory_id=advisory.id, worker=advisory.worker_id, unsupported=unsupported)
 
     def withdrawn(self, advisory: LiveAdvisory, outcome: str) -> None:
-        """An advisory left the book with no request: settle it, and stop its prefetch if still running."""
+        """An advisory left the book with no request: settle it, and cancel its prefetch (one still running stops,
+        a finished one's pages stop ranking as a live hint's on that worker)."""
         self.settle(advisory, outcome, turn_id=None)
-        if advisory.prefetch_id and advisory.worker_url and advisory.ready_at is None:
+        self.end_prefetch(advisory)
+
+    def end_prefetch(self, advisory: LiveAdvisory) -> None:
+        """The advisory is over with no use on its worker: cancel its prefetch there."""
+        if advisory.prefetch_id and advisory.worker_url:
             self.spawn(self.prefetcher.cancel(advisory))
 
     def settle(self, advisory: LiveAdvisory, outcome: str, *, turn_id: str | None, lead_s: float | None = None) -> None:

@@ -314,6 +314,10 @@ class Advisor:
         claim = self.book.claim(session_id, worker_id, now)
         if claim is not None:
             self._claims[turn_id] = claim
+            if claim.provisional == "wasted":
+                # The turn went elsewhere: the pages prefetched for it there must not hold memory as a live hint's
+                # until the ttl (a replay kept 30-40 such sessions ranked above every live hint's).
+                self.act.end_prefetch(claim.advisory)
             self.stats.claimed += 1
             self.replicas.count({"claimed": 1})
         elif turn_seq > 1 and not foreseen:  # a dropped early prefetch's turn was foreseen (settled cancelled)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from array import array
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +35,8 @@ __all__ = ["PrefetchJobs", "page_hashes", "token_ids_of"]
 logger = logging.getLogger(__name__)
 
 _POOL_CHECK_INTERVAL_S = 0.05
+# Finished prefetches whose marked pages are remembered, for a cancel to end their hint.
+_MAX_MARKED = 10_000
 """How often an `awaiting_pool` prefetch asks the pool whether it holds the context's pages yet."""
 
 Phase = Literal["awaiting_pool", "storage", "resident", "awaiting_load", "load_back", "settled"]
@@ -98,6 +102,8 @@ class PrefetchJobs:
         self._attempts = 0
         # Device tokens evicted to make room for prefetches, by what they were (`KVFate.rank_class`).
         self.evicted_for_prefetch: dict[str, int] = {}
+        # The pages each finished prefetch marked (held weakly), so that cancelling it ends its hint.
+        self._marked: OrderedDict[str, list[tuple[weakref.ref[Any], object]]] = OrderedDict()
 
     def __bool__(self) -> bool:
         """Whether a prefetch is under way (the scheduler loop keeps polling while one is)."""
@@ -257,8 +263,12 @@ class PrefetchJobs:
         return record
 
     def cancel(self, prefetch_id: str) -> PrefetchRecord:
+        """Stop a prefetch under way; for one that finished, end its hint (the gateway's advisory is over with no
+        use here): its pages no longer rank as a live hint's."""
         record = self.record(prefetch_id)
         if record.finished:
+            marked = self._marked.pop(prefetch_id, ())
+            self._fate.end_hint([(node, mark) for ref, mark in marked if (node := ref()) is not None], time.monotonic())
             return record
         job = self._jobs.pop(prefetch_id)
         if job.phase == "storage":
@@ -356,8 +366,13 @@ class PrefetchJobs:
         brought = [node for node, start in zip(pages.path, pages.starts, strict=True) if start >= job.resident_tokens]
         there = [node for node, start in zip(pages.path, pages.starts, strict=True) if start < job.resident_tokens]
         now, ttl_s = time.monotonic(), record.ttl_ms / 1000
-        self._fate.mark_prefetched(brought, record.priority, ttl_s, now, expected_at=job.expected_at)
-        self._fate.mark_prefetched(there, record.priority, ttl_s, now, expected_at=job.expected_at, brought=False)
+        marks = self._fate.mark_prefetched(brought, record.priority, ttl_s, now, expected_at=job.expected_at)
+        marks += self._fate.mark_prefetched(
+            there, record.priority, ttl_s, now, expected_at=job.expected_at, brought=False
+        )
+        self._marked[record.prefetch_id] = [(weakref.ref(node), mark) for node, mark in marks]
+        while len(self._marked) > _MAX_MARKED:  # the oldest hints have ended by their ttl anyway
+            self._marked.popitem(last=False)
 
     def _evictable(self, priority: int, job: _Job) -> kv_ops.Evictable | None:
         """The device pages a prefetch of `priority` may displace (None where the eviction order is SGLang's own)."""
