@@ -15,9 +15,12 @@ Nothing of the gateway's decision logic is re-implemented here. The wiring mirro
   `HintQuality.record`, as `Advisor.on_turn_end`;
 - each hint: `Advisor.signal` (a live advisory is refreshed while the policy, offered it as a reservation, still
   picks its worker, else withdrawn and settled as cancelled; then `HintQuality.tier`, the policy's choice for the
-  session, a `LiveAdvisory` firing now and expiring after the ttl), the prefetch on the chosen worker, and when it
-  finishes `ready_at` and `KVBelief.after_prefetch` with `prefetch_residency` (only while the advisory is still
-  live, as the gateway's polling loop); expiries settle as wasted (`AdvisorBook.expire`). A system with the
+  session, a `LiveAdvisory` firing now, or for a typing hint once its tenant's typing gaps are learnt
+  (`TypingGaps`) `lead_s` before the turn they expect, at the policy's choice then, and expiring after the ttl),
+  the prefetch on the chosen worker, and when it finishes `ready_at` and `KVBelief.after_prefetch` with
+  `prefetch_residency` (only while the advisory is still live, as the gateway's polling loop); expiries settle as
+  wasted (`AdvisorBook.expire`). An advisory that ends with no use on its worker (expired, or its turn went
+  elsewhere) stops ranking its pages there, as the gateway cancels its prefetch. A system with the
   tool-call KV lifecycle takes its hints, and the tool results its agents post, through `toolkv.SimToolKV.signal`
   (the whole of `advisor.decide.decide`, early fire and early skip included).
 
@@ -41,6 +44,7 @@ from sessiongate.gateway.advisor.core import AdvisorBook, Claim, LiveAdvisory, p
 from sessiongate.gateway.advisor.quality import HintQuality
 from sessiongate.gateway.advisor.stats import AdvisoryStats
 from sessiongate.gateway.advisor.toolkv import ToolKVPolicy
+from sessiongate.gateway.advisor.typing_gaps import TypingGaps
 from sessiongate.gateway.routing import (
     CacheAware,
     KVBelief,
@@ -50,6 +54,7 @@ from sessiongate.gateway.routing import (
     WorkerView,
     make_policy,
 )
+from sessiongate.gateway.settings import GatewaySettings
 
 from .calibration import Calibration
 from .engine import EventLoop, Machine, Request, SharedPool, SimWorker
@@ -220,6 +225,9 @@ class _Cluster:
                 worker.id, device_tokens=cal.device_kv_tokens, host_tokens=cal.host_kv_tokens if spec.host_tier else 0
             )
         self.book = AdvisorBook(ttl_s=ttl_s)
+        # The gateway's default: typing prefetches fire `advisory_lead_s` before the learnt gap (typing_gaps.py).
+        self.typing_gaps = TypingGaps(GatewaySettings.model_fields["advisory_typing_quantile"].default)
+        self.lead_s: float = GatewaySettings.model_fields["advisory_lead_s"].default
         self.quality = HintQuality()
         self.stats = AdvisoryStats()
         self.hints = hints if spec.advisories else None
@@ -289,10 +297,13 @@ class _Cluster:
         if self.hints is not None:
             # `Advisor.on_request`: a turn foreseen by a dropped early prefetch is not missed.
             foreseen = self.tool_kv is not None and self.tool_kv.turn_began(session_id)
+            self.typing_gaps.turn_began(session_id, now)
             claim = self.book.claim(session_id, worker.id, now)
             if claim is not None:
                 self.claims[(session_id, k)] = claim
                 self.stats.claimed += 1
+                if claim.provisional == "wasted":  # went elsewhere: the gateway cancels the prefetch there
+                    self.by_id[claim.advisory.worker_id].unrank(session_id)
             elif k > 0 and not foreseen:
                 self.stats.missed += 1
         if self.machine is not None:
@@ -402,8 +413,14 @@ class _Cluster:
             self.stats.skipped(kind)
             return
         worker = worker or self.policy.choose(self._route_for_hint(session_id, now, None), self._views())
-        advisory = self._new_advisory(session_id, TENANT, kind, worker, tier, now, fire_at=now)
+        expected_in_s = self.typing_gaps.started(session_id, TENANT, now) if kind == "typing" else None
+        fire_at = now if expected_in_s is None else now + max(expected_in_s - self.lead_s, 0.0)
+        advisory = self._new_advisory(
+            session_id, TENANT, kind, worker, tier, now, fire_at=fire_at, expires_in_s=expected_in_s or 0.0
+        )
         self.book.add(advisory)
+        if fire_at > now:
+            self.loop.at(fire_at, self._fire_due)
         for due in self.book.due(now):
             self._fire(due)
         self.loop.at(advisory.expires_at, self._expire)
@@ -516,6 +533,8 @@ class _Cluster:
     def _expire(self, _: object) -> None:
         for advisory in self.book.expire(self.loop.now):
             self._settle(advisory, "cancelled" if advisory.stopped else "wasted", None)
+            if advisory.fired:  # the gateway cancels its prefetch: its pages stop ranking as a live hint's
+                self.by_id[advisory.worker_id].unrank(advisory.session_id)
 
     def _settle(self, advisory: LiveAdvisory, outcome: str, lead_s: float | None) -> None:
         self.quality.record(advisory.session_id, advisory.tenant_id, advisory.kind, outcome, self.loop.now)
