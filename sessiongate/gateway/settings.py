@@ -183,7 +183,7 @@ class GatewaySettings(EnvSettings):
     """Fire the tool-result advisory when the "last" pending call of the turn returns, or at the "first"."""
     advisory_lead_s: float = 1.0
     """A tool-call advisory is fired this long before the tool is expected to end (recorded durations)."""
-    advisory_typing_timed: bool = True
+    advisory_typing_timed: bool = False
     """Fire a typing hint's prefetch `advisory_lead_s` before the turn usually comes (learnt per tenant from when
     its turns followed their first typing signal, advisor/typing_gaps.py), not at once: fewer hints then hold memory
     at the same time, and the worker is chosen closer to the turn. Off, or until a tenant has 3 such gaps: at once."""

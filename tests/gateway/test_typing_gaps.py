@@ -51,7 +51,7 @@ def _prefetches(gw: Gateway, session: str) -> list[Any]:
 async def test_once_learnt_a_typing_hint_fires_its_prefetch_a_lead_before_the_turn_usually_comes(
     make_gateway: Any,
 ) -> None:
-    async with make_gateway(**{**FAST, "advisory_ttl_s": 30.0}) as gw:
+    async with make_gateway(**{**FAST, "advisory_ttl_s": 30.0, "advisory_typing_timed": True}) as gw:
         clock = _fake_clock(gw)
         # Three sessions whose turns came 6 s after their users started typing: fired at once, nothing learnt yet.
         assert [await _typed_turn(gw, clock, f"learn-{i}", 6.0) for i in range(3)] == ["fired"] * 3
@@ -61,7 +61,8 @@ async def test_once_learnt_a_typing_hint_fires_its_prefetch_a_lead_before_the_tu
         assert typing["state"] == "scheduled"  # not fired yet
         (advisory,) = await _advisories(gw, "timed")
         assert advisory.detail["expected_in_ms"] == 6000
-        clock.now += 6.0 - 1.0 - 0.1  # the lead (advisory_lead_s, 1 s) before the expected turn, less a little
+        # The lead before the expected turn: the context's load time and a margin, at least advisory_lead_s (1 s).
+        clock.now += 6.0 - 1.0 - 0.1
         await _turn(gw, "other", [USER])  # time passes for the advisor's tick too
         assert not _prefetches(gw, "timed")
 
@@ -76,8 +77,9 @@ async def _has_prefetch(gw: Gateway, session: str) -> bool:
 
 
 @pytest.mark.anyio
-async def test_with_timing_off_a_typing_hint_fires_at_once(make_gateway: Any) -> None:
-    async with make_gateway(**{**FAST, "advisory_typing_timed": False}) as gw:
+async def test_by_default_a_typing_hint_fires_at_once(make_gateway: Any) -> None:
+    # Timing is off by default: in the simulator it cost p99 TTFT on chat (docs/simulator.md).
+    async with make_gateway(**FAST) as gw:
         clock = _fake_clock(gw)
         assert [await _typed_turn(gw, clock, f"off-{i}", 6.0) for i in range(3)] == ["fired"] * 3
         await _turn(gw, "at-once", [USER])

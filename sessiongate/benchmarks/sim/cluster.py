@@ -225,8 +225,10 @@ class _Cluster:
                 worker.id, device_tokens=cal.device_kv_tokens, host_tokens=cal.host_kv_tokens if spec.host_tier else 0
             )
         self.book = AdvisorBook(ttl_s=ttl_s)
-        # The gateway's default: typing prefetches fire `advisory_lead_s` before the learnt gap (typing_gaps.py).
-        self.typing_gaps = TypingGaps(GatewaySettings.model_fields["advisory_typing_quantile"].default)
+        # The gateway's defaults: typing prefetches at once, or (timed) their load time before the learnt gap.
+        defaults = GatewaySettings.model_fields
+        timed = defaults["advisory_typing_timed"].default
+        self.typing_gaps = TypingGaps(defaults["advisory_typing_quantile"].default) if timed else None
         self.lead_s: float = GatewaySettings.model_fields["advisory_lead_s"].default
         self.quality = HintQuality()
         self.stats = AdvisoryStats()
@@ -240,16 +242,15 @@ class _Cluster:
         self._advisory_ids = 0
         self._last_worker: dict[str, str] = {}
         self.tool_kv: SimToolKV | None = None
+        cost = cal.cost_model()
+        # The gateway's load-time estimate (wiring.py): it times tools' prefetches and typing hints' learnt ones.
+        self.load_policy = ToolKVPolicy(
+            kv_bytes_per_token=cal.kv_bytes_per_token,
+            load_bytes_per_s=cost.pool_to_device_bytes_per_s,
+            load_latency_s=cost.pool_to_device_latency_s,
+        )
         if spec.tool_kv:
-            cost = cal.cost_model()
-            self.tool_kv = SimToolKV(
-                self,
-                ToolKVPolicy(
-                    kv_bytes_per_token=cal.kv_bytes_per_token,
-                    load_bytes_per_s=cost.pool_to_device_bytes_per_s,
-                    load_latency_s=cost.pool_to_device_latency_s,
-                ),
-            )
+            self.tool_kv = SimToolKV(self, self.load_policy)
 
     # sessions
 
@@ -297,7 +298,8 @@ class _Cluster:
         if self.hints is not None:
             # `Advisor.on_request`: a turn foreseen by a dropped early prefetch is not missed.
             foreseen = self.tool_kv is not None and self.tool_kv.turn_began(session_id)
-            self.typing_gaps.turn_began(session_id, now)
+            if self.typing_gaps is not None:
+                self.typing_gaps.turn_began(session_id, now)
             claim = self.book.claim(session_id, worker.id, now)
             if claim is not None:
                 self.claims[(session_id, k)] = claim
@@ -413,8 +415,10 @@ class _Cluster:
             self.stats.skipped(kind)
             return
         worker = worker or self.policy.choose(self._route_for_hint(session_id, now, None), self._views())
-        expected_in_s = self.typing_gaps.started(session_id, TENANT, now) if kind == "typing" else None
-        fire_at = now if expected_in_s is None else now + max(expected_in_s - self.lead_s, 0.0)
+        timed = kind == "typing" and self.typing_gaps is not None
+        expected_in_s = self.typing_gaps.started(session_id, TENANT, now) if timed and self.typing_gaps else None
+        lead_s = max(self.load_policy.lead_s(self.belief.context_tokens(session_id)), self.lead_s)
+        fire_at = now if expected_in_s is None else now + max(expected_in_s - lead_s, 0.0)
         advisory = self._new_advisory(
             session_id, TENANT, kind, worker, tier, now, fire_at=fire_at, expires_in_s=expected_in_s or 0.0
         )

@@ -81,6 +81,9 @@ class Signal:
     expected_in_s: float | None = None
     # A tool call's plan (toolkv.py): what holds the KV and when the session is expected back.
     decision: ToolKVDecision | None = None
+    # How long before `expected_in_s` its prefetch fires, when not the advisor's `lead_s` (a typing hint's timed
+    # turn: the context's load time from the pool and a margin, as a tool's).
+    lead_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +247,7 @@ def timing(signal: Signal, lead_s: float) -> tuple[float | None, float]:
     """(expected_in_s, fire_in_s): when the request is expected, and when its prefetch fires, from now."""
     decision = signal.decision
     if decision is None:
+        lead_s = lead_s if signal.lead_s is None else signal.lead_s
         return signal.expected_in_s, max((signal.expected_in_s or 0.0) - lead_s, 0.0)
     # keep_then_offload: the retain now, its prefetch when the retain lapses (`AdvisorBook.lapse`).
     return decision.predicted_s, 0.0 if decision.action == "keep_then_offload" else decision.fire_in_s

@@ -224,13 +224,16 @@ class Advisor:
         two replicas may still make two advisories (two prefetches), the later one replacing the earlier in the
         shared state, whose owner then settles it (wasted) when its copy expires: none is left pending.
         """
+        lead_s: float | None = None
         if kind == "typing" and expected_in_s is None and self.typing_gaps is not None:
             expected_in_s = self.typing_gaps.started(session_id, tenant_id, self.clock())
+            # Fired the context's load time (and a margin) before the expected turn, as a tool's prefetch.
+            lead_s = max(self.tools.policy.lead_s(self.router.belief.context_tokens(session_id)), self.lead_s)
         lock, users = self._signal_locks.get(session_id) or (asyncio.Lock(), 0)
         self._signal_locks[session_id] = (lock, users + 1)
         try:
             async with lock:
-                return await self._signal(Signal(session_id, tenant_id, kind, expected_in_s, decision))
+                return await self._signal(Signal(session_id, tenant_id, kind, expected_in_s, decision, lead_s))
         finally:
             lock, users = self._signal_locks[session_id]
             if users == 1:

@@ -200,6 +200,10 @@ class ToolKVPolicy:
     def load_s(self, context_tokens: int) -> float:
         return self.load_latency_s + context_tokens * self.kv_bytes_per_token / self.load_bytes_per_s
 
+    def lead_s(self, context_tokens: int) -> float:
+        """How long before its turn a prefetch of the context should fire to land in time."""
+        return self.load_s(context_tokens) + self.landing_margin_s
+
     def keep_threshold_s(self, load_s: float) -> float:
         return max(self.keep_below_s, self.keep_load_ratio * load_s)
 
