@@ -33,7 +33,7 @@ coming. A session's further turns (a flood) get no such start: when they did, th
 took 8 times their share.
 
 Advisory prefetches never pass here (the advisor sends them itself): they hold no slot, stand ahead of no turn.
-Value types and per-session records: `admission_parts`."""
+Value types (a turn's `FairSlot` among them) and per-session records: `admission_parts`."""
 
 from __future__ import annotations
 
@@ -46,7 +46,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from .admission_parts import AdmissionConfig, SessionRecord, ShedDecision, TenantRecord, Waiter, estimate_cost
+from .admission_parts import (
+    AdmissionConfig,
+    FairSlot,
+    SessionRecord,
+    ShedDecision,
+    TenantRecord,
+    Waiter,
+    estimate_cost,
+)
 
 __all__ = ["AdmissionConfig", "FairAdmission", "FairSlot", "ShedDecision", "estimate_cost"]
 
@@ -59,37 +67,6 @@ _MEAN_WEIGHT = 0.02
 # A new turn's tag is at most this many mean turn costs past its tenant's virtual time: a session that used much more
 # than the others waits behind about that many rounds of theirs, not until they have caught up with it.
 TAG_SPAN_TURNS = 2.0
-
-
-class FairSlot:
-    """One turn's place in the active phase: `release(tokens)` when it ends (idempotent), with the tokens it
-    used, which replace the estimate it was charged."""
-
-    __slots__ = ("_admission", "_released", "charged_at", "cost", "session_id", "started_at", "tenant_id")
-
-    def __init__(
-        self,
-        admission: FairAdmission | None,
-        tenant_id: str,
-        session_id: str,
-        cost: int,
-        started_at: float,
-        charged_at: float,
-    ) -> None:
-        self._admission = admission
-        self._released = False
-        self.tenant_id = tenant_id
-        self.session_id = session_id
-        self.cost = cost
-        self.started_at = started_at
-        self.charged_at = charged_at  # when its estimate was charged to its session (its arrival)
-
-    def release(self, tokens: int | None = None) -> None:
-        if self._released:
-            return
-        self._released = True
-        if self._admission is not None:
-            self._admission._release(self, self.cost if tokens is None else max(tokens, 0))
 
 
 class FairAdmission:
@@ -151,11 +128,11 @@ class FairAdmission:
             await future
         except BaseException:
             if future.done() and not future.cancelled():  # the slot was handed over as the wait was cancelled
-                self._release(FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now), 0)
+                self._release(FairSlot(self._release, tenant_id, session_id, cost, waiter.started_at, now), 0)
             else:
                 self._withdraw(waiter)
             raise
-        return FairSlot(self, tenant_id, session_id, cost, waiter.started_at, now)
+        return FairSlot(self._release, tenant_id, session_id, cost, waiter.started_at, now)
 
     @property
     def limit(self) -> int:
@@ -236,7 +213,7 @@ class FairAdmission:
         self.active += 1
         self.started += 1
         tenant.served += cost * self._scale(now)
-        return FairSlot(self, tenant_id, session_id, cost, now, now)
+        return FairSlot(self._release, tenant_id, session_id, cost, now, now)
 
     def _count_in(self, tenant: TenantRecord) -> None:
         if not tenant.active and not tenant.waiting:

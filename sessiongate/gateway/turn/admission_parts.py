@@ -1,5 +1,6 @@
-"""The fair queue's parts (`admission`): its configuration, a turn's cost before the worker reports it, the refusal
-of a turn predicted to wait too long, and the records the queue keeps per session, tenant and waiting turn.
+"""The fair queue's parts (`admission`): its configuration, a turn's cost before the worker reports it, a turn's
+slot in the active phase, the refusal of a turn predicted to wait too long, and the records the queue keeps per
+session, tenant and waiting turn.
 
 A turn that cannot start at once has a predicted wait: the turns that would start before it (its tenant's
 waiting turns with a smaller tag, and what the other waiting tenants start meanwhile by weight) times the recent
@@ -12,11 +13,12 @@ have started).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sessiongate.gateway.errors import RateLimited, Saturated
 
-__all__ = ["AdmissionConfig", "SessionRecord", "ShedDecision", "TenantRecord", "Waiter", "estimate_cost"]
+__all__ = ["AdmissionConfig", "FairSlot", "SessionRecord", "ShedDecision", "TenantRecord", "Waiter", "estimate_cost"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +102,34 @@ class Waiter:
         self.enqueued_at = enqueued_at
         self.started_at = enqueued_at
         self.future: asyncio.Future[None] | None = None
+
+
+class FairSlot:
+    """One turn's place in the active phase: `release(tokens)` when it ends (idempotent), with the tokens it
+    used, which replace the estimate it was charged (`on_release`: the queue's; None when nothing is queued)."""
+
+    __slots__ = ("_on_release", "_released", "charged_at", "cost", "session_id", "started_at", "tenant_id")
+
+    def __init__(
+        self,
+        on_release: Callable[[FairSlot, int], None] | None,
+        tenant_id: str,
+        session_id: str,
+        cost: int,
+        started_at: float,
+        charged_at: float,
+    ) -> None:
+        self._on_release = on_release
+        self._released = False
+        self.tenant_id = tenant_id
+        self.session_id = session_id
+        self.cost = cost
+        self.started_at = started_at
+        self.charged_at = charged_at  # when its estimate was charged to its session (its arrival)
+
+    def release(self, tokens: int | None = None) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self._on_release is not None:
+            self._on_release(self, self.cost if tokens is None else max(tokens, 0))
