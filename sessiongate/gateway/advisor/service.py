@@ -319,7 +319,7 @@ class Advisor:
             self._claims[turn_id] = claim
             if claim.provisional == "wasted":
                 # The turn went elsewhere: the pages prefetched for it there must not hold memory as a live hint's
-                # until the ttl (a replay kept 30-40 such sessions ranked above every live hint's).
+                # until the ttl (in a replay about 37 such sessions at a time, ranked above every live hint's).
                 self.act.end_prefetch(claim.advisory)
             self.stats.claimed += 1
             self.replicas.count({"claimed": 1})

@@ -1,14 +1,17 @@
-"""When a typing hint's prefetch fires: just before the turn usually comes, learnt per tenant, not at once.
+"""When a typing hint's prefetch fires, if not at once: just before the turn usually comes, learnt per tenant.
 
 SYMPHONY's typing hint comes seconds before the turn (11.3 s on its chat trace). A prefetch fired at once holds
-its pages for all that time, and under memory pressure the live hints of many sessions at once do not fit: on
-two CPU workers with 24 sessions, 66-130 of about 500 typing hints found their prefetched pages gone by the
-time the turn came, and a worker chosen seconds ahead was often not the router's choice when the turn came
-(docs/prefetch.md). So the gateway learns, per tenant, how long after a session's first typing signal its turn
-arrives (the newest gaps, as `ResultGaps` learns tool results'), and a typing signal expects its turn at a low
-quantile of them (`quantile`: most turns come later). The advisor fires the prefetch `lead_s` before that, as it
-does a tool's, and the worker ranks its pages by it (Belady's order among live hints). Until a tenant has
-`ResultGaps.min_samples` gaps, typing prefetches fire at once, as before.
+its pages for all that time, and under memory pressure the live hints of many sessions at once may not fit, and a
+worker chosen seconds ahead may no longer be the router's choice when the turn comes. So, when timed
+(`advisory_typing_timed`), the gateway learns per tenant how long after a session's first typing signal its turn
+arrives (the newest gaps, as `ResultGaps` learns tool results'); a typing signal expects its turn at a low
+quantile of them (`quantile`: most turns come later), the advisor fires the prefetch the context's load time and a
+margin before that, as it does a tool's, and the worker ranks its pages by it (Belady's order among live hints).
+Until a tenant has `ResultGaps.min_samples` gaps, typing prefetches fire at once.
+
+Off by default: on the simulated H100 chat workload it cost p99 TTFT at 96 users on three seeds of three (a
+prefetch fired close to its turn queues behind other loads on the pool link and is late), and on the real CPU
+replay it did not beat kv_aware (docs/simulator.md, docs/benchmarks.md).
 """
 
 from __future__ import annotations
