@@ -167,12 +167,14 @@ async def test_no_turn_or_hint_is_sent_after_the_window(
         allow_unauthenticated=True,
         health_interval_s=0.05,
     )
-    # Each session's second turn is due 0.2 s after its first, its hint 0.1 s before that: both after the 0.05 s window.
+    # Times x10: each session's second turn is due 2 s after its first, its hint 1 s before that, both after the
+    # 0.5 s window, in which the three first turns all start even on a loaded machine (at 0.05 s, one did not).
     options = ReplayOptions(
         system="kv_aware+advisories",
         concurrency=3,
+        time_scale=10.0,
         hints=HintModel(lead_s=0.1),
-        max_duration_s=0.05,
+        max_duration_s=0.5,
         text=SyntheticText(message_overhead_tokens=1),
         progress=False,
     )
