@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["LOWEST_PRIORITY", "KVFate", "TreeNodeLike"]
+__all__ = ["LOWEST_PRIORITY", "KVFate", "PrefetchMark", "TreeNodeLike"]
 
 LOWEST_PRIORITY = -sys.maxsize
 """Below any request priority: SGLang's own root node sits here."""
@@ -56,7 +56,9 @@ class TreeNodeLike(Protocol):
 
 
 @dataclass(frozen=True)
-class _Prefetched:
+class PrefetchMark:
+    """What a prefetch marked a node with (`mark_prefetched` returns them, for `end_hint`)."""
+
     priority: int
     fresh_until: float
     settled_access: float
@@ -78,7 +80,7 @@ class KVFate:
     """Per-node marks: prefetched-unused, retained, being dropped (scheduler thread only)."""
 
     def __init__(self) -> None:
-        self._prefetched: weakref.WeakKeyDictionary[TreeNodeLike, _Prefetched] = weakref.WeakKeyDictionary()
+        self._prefetched: weakref.WeakKeyDictionary[TreeNodeLike, PrefetchMark] = weakref.WeakKeyDictionary()
         self._held: weakref.WeakKeyDictionary[TreeNodeLike, _Hold] = weakref.WeakKeyDictionary()
         self._doomed: weakref.WeakSet[TreeNodeLike] = weakref.WeakSet()
         # `id`s of every node that may have a mark (a superset: rebuilt by `sweep`), so that ranking an unmarked
@@ -96,7 +98,7 @@ class KVFate:
         *,
         expected_at: float | None = None,
         brought: bool = True,
-    ) -> list[tuple[TreeNodeLike, object]]:
+    ) -> list[tuple[TreeNodeLike, PrefetchMark]]:
         """Nodes of a prefetch's context, for a request expected at `expected_at` (None: now): those it
         brought in, or (`brought=False`) those already there. A hint for a session whose KV is still on
         the worker that served its last turn (the commonest hint) must protect those pages as much as
@@ -106,23 +108,23 @@ class KVFate:
         host insert that brought it gave it its parent's, which for a node under the root is the
         root's `LOWEST_PRIORITY`, and it keeps its own once a request has used it.
         """
-        marks: list[tuple[TreeNodeLike, object]] = []
+        marks: list[tuple[TreeNodeLike, PrefetchMark]] = []
         expected = now if expected_at is None else expected_at
         for node in nodes:
             node.priority = max(int(node.priority), priority)
-            mark = _Prefetched(priority, now + ttl_s, node.last_access_time, expected, brought)
+            mark = PrefetchMark(priority, now + ttl_s, node.last_access_time, expected, brought)
             self._prefetched[node] = mark
             self._maybe_marked.add(id(node))
             marks.append((node, mark))
         return marks
 
-    def end_hint(self, marks: Iterable[tuple[TreeNodeLike, object]], now: float) -> None:
+    def end_hint(self, marks: Iterable[tuple[TreeNodeLike, PrefetchMark]], now: float) -> None:
         """The hint these marks (`mark_prefetched`'s) were for is over with no use here (its turn went to another
         worker, or the advisory was withdrawn): as if their ttl had passed now. Pages it brought go to the lowest
         priority, pages that were already there back to their own. A page used since, or marked again by
         another prefetch (a prefix two sessions share), keeps what it has."""
         for node, mark in marks:
-            if self._prefetched.get(node) is mark and isinstance(mark, _Prefetched) and mark.fresh_until > now:
+            if self._prefetched.get(node) is mark and mark.fresh_until > now:
                 self._prefetched[node] = dataclasses.replace(mark, fresh_until=now)
 
     def hold(self, nodes: Iterable[TreeNodeLike], priority: int, ttl_s: float, now: float) -> None:

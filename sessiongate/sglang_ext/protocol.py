@@ -17,6 +17,7 @@ __all__ = [
     "INFO_PATH",
     "KEEP_HEADER",
     "LOAD_PATH",
+    "MAX_EXPECTED_IN_MS",
     "NO_KEEP_RID_PREFIX",
     "PREFETCH_PATH",
     "SESSIONS_PATH",
@@ -180,6 +181,8 @@ class _Context(BaseModel):
 
 
 PrefetchTarget = Literal["host", "device"]
+MAX_EXPECTED_IN_MS = 3_600_000
+"""The furthest a prefetch's request may be expected (`PrefetchRequest.expected_in_ms`)."""
 PrefetchState = Literal["queued", "running", "done", "cancelled", "failed", "expired"]
 
 
@@ -194,7 +197,7 @@ class PrefetchRequest(_Context):
     ttl_ms: int = Field(default=30_000, ge=1, le=3_600_000)
     """After this long unused, the prefetched pages decay to the lowest priority (they are never pinned).
     Until then they have `priority`, and go after unhinted pages of the same priority (docs/prefetch.md)."""
-    expected_in_ms: int | None = Field(default=None, ge=0, le=3_600_000)
+    expected_in_ms: int | None = Field(default=None, ge=0, le=MAX_EXPECTED_IN_MS)
     """When the session's next request is expected, from now (None: at once). Among live hints of one priority
     the one expected last gives its pages up first (docs/prefetch.md, "The order in which KV leaves a tier")."""
     target: PrefetchTarget = "device"

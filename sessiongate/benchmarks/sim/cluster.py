@@ -35,12 +35,13 @@ import dataclasses
 import inspect
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sessiongate.benchmarks.metrics import TurnRecord
 from sessiongate.benchmarks.workloads import Hint, HintModel, SessionTrace, plan_hints
 from sessiongate.gateway.advisor.core import AdvisorBook, Claim, LiveAdvisory, prefetch_residency, settle
+from sessiongate.gateway.advisor.decide import Signal, timing
 from sessiongate.gateway.advisor.quality import HintQuality
 from sessiongate.gateway.advisor.stats import AdvisoryStats
 from sessiongate.gateway.advisor.toolkv import ToolKVPolicy
@@ -229,7 +230,7 @@ class _Cluster:
         defaults = GatewaySettings.model_fields
         timed = defaults["advisory_typing_timed"].default
         self.typing_gaps = TypingGaps(defaults["advisory_typing_quantile"].default) if timed else None
-        self.lead_s: float = GatewaySettings.model_fields["advisory_lead_s"].default
+        self.lead_s: float = defaults["advisory_lead_s"].default
         self.quality = HintQuality()
         self.stats = AdvisoryStats()
         self.hints = hints if spec.advisories else None
@@ -415,10 +416,12 @@ class _Cluster:
             self.stats.skipped(kind)
             return
         worker = worker or self.policy.choose(self._route_for_hint(session_id, now, None), self._views())
-        timed = kind == "typing" and self.typing_gaps is not None
-        expected_in_s = self.typing_gaps.started(session_id, TENANT, now) if timed and self.typing_gaps else None
-        lead_s = max(self.load_policy.lead_s(self.belief.context_tokens(session_id)), self.lead_s)
-        fire_at = now if expected_in_s is None else now + max(expected_in_s - lead_s, 0.0)
+        signal = Signal(session_id, TENANT, kind)
+        if kind == "typing" and self.typing_gaps is not None:  # `Advisor.signal`'s timed typing hint
+            lead_s = max(self.load_policy.lead_s(self.belief.context_tokens(session_id)), self.lead_s)
+            signal = replace(signal, expected_in_s=self.typing_gaps.started(session_id, TENANT, now), lead_s=lead_s)
+        expected_in_s, fire_in_s = timing(signal, self.lead_s)
+        fire_at = now + fire_in_s
         advisory = self._new_advisory(
             session_id, TENANT, kind, worker, tier, now, fire_at=fire_at, expires_in_s=expected_in_s or 0.0
         )

@@ -24,7 +24,7 @@ from sessiongate.gateway.errors import UpstreamError
 from sessiongate.gateway.observability.tracing import NO_TRACING, PrefetchTrace, Tracing
 from sessiongate.gateway.routing.router import Router
 from sessiongate.gateway.workers.extension import ExtensionClient
-from sessiongate.sglang_ext.protocol import PrefetchRequest
+from sessiongate.sglang_ext.protocol import MAX_EXPECTED_IN_MS, PrefetchRequest
 
 from .core import LiveAdvisory, prefetch_residency
 from .replicas import LocalAdvisories
@@ -105,7 +105,7 @@ class Prefetcher:
             # Among live hints the worker keeps the one expected first (none given: it expects the request at once).
             expected_in_ms=None
             if advisory.expected_at is None
-            else min(max(round((advisory.expected_at - self.clock()) * 1000), 0), 3_600_000),
+            else min(max(round((advisory.expected_at - self.clock()) * 1000), 0), MAX_EXPECTED_IN_MS),
             target="host" if advisory.target == "host" else "device",
             cache_salt=self.cache_salt_for(tenant_id) if self.cache_salt_for else None,
             await_pool_ms=self._await_pool_ms(session_id, advisory.worker_id),

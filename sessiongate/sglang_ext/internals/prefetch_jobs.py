@@ -26,7 +26,7 @@ from sessiongate.sglang_ext.internals import kv_ops, pool_pages
 from sessiongate.sglang_ext.internals.ipc import CallError
 from sessiongate.sglang_ext.internals.load_guard import LoadGuard
 from sessiongate.sglang_ext.kv_budget import DemandItem, device_prefetch_quota
-from sessiongate.sglang_ext.kv_fate import KVFate
+from sessiongate.sglang_ext.kv_fate import KVFate, PrefetchMark
 from sessiongate.sglang_ext.pool_probe import PoolProbe
 from sessiongate.sglang_ext.prefetch_book import PrefetchBook, PrefetchRecord
 
@@ -103,7 +103,7 @@ class PrefetchJobs:
         # Device tokens evicted to make room for prefetches, by what they were (`KVFate.rank_class`).
         self.evicted_for_prefetch: dict[str, int] = {}
         # The pages each finished prefetch marked (held weakly), so that cancelling it ends its hint.
-        self._marked: OrderedDict[str, list[tuple[weakref.ref[Any], object]]] = OrderedDict()
+        self._marked: OrderedDict[str, list[tuple[weakref.ref[Any], PrefetchMark]]] = OrderedDict()
 
     def __bool__(self) -> bool:
         """Whether a prefetch is under way (the scheduler loop keeps polling while one is)."""
