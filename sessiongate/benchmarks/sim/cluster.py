@@ -59,6 +59,7 @@ from sessiongate.gateway.settings import GatewaySettings
 
 from .calibration import Calibration
 from .engine import EventLoop, Machine, Request, SharedPool, SimWorker
+from .systems import SYSTEMS, SystemSpec
 from .toolkv import SimToolKV
 
 __all__ = ["SYSTEMS", "SimResult", "SystemSpec", "oracle_hints", "oracle_lead_s", "simulate"]
@@ -71,58 +72,6 @@ CHARS_PER_TOKEN = 1
 GATEWAY_CHARS_PER_TOKEN = 4
 _GATEWAY_MAX_BLOCKS: int = inspect.signature(CacheAware).parameters["max_blocks"].default
 _HINT_SIGNAL = {"typing": "typing", "tool": "tool_result", "explicit": "explicit"}
-
-
-@dataclass(frozen=True, slots=True)
-class SystemSpec:
-    name: str
-    policy: str
-    host_tier: bool
-    pool: bool
-    advisories: bool
-    # The advisor's tool-call KV lifecycle (sessiongate/gateway/advisor/toolkv.py) in place of the clients' tool hints.
-    tool_kv: bool = False
-    # Views without the token figures (`active_prefill_tokens`, `active_kv_tokens`): what the gateway's load
-    # reports give its policies today (request counts only).
-    counts_only: bool = False
-    # Priority-based KV memory: a live advisory's prefetch ranks above unhinted KV until the advisory expires and
-    # may evict it to make room (False: the old rule, a prefetch takes free memory only and ranks as any KV).
-    ranked_prefetch: bool = True
-    # The hints of a client that knows the future: every turn after the first, none false, at the ideal lead
-    # (`oracle_lead_s`), always to the device (no hint-quality gate). The ceiling of what any hint can gain.
-    oracle: bool = False
-
-
-SYSTEMS: dict[str, SystemSpec] = {
-    s.name: s
-    for s in (
-        SystemSpec("recompute", "round_robin", host_tier=False, pool=False, advisories=False),
-        SystemSpec("sticky", "sticky", host_tier=True, pool=False, advisories=False),
-        SystemSpec("cache_aware", "cache_aware", host_tier=True, pool=True, advisories=False),
-        SystemSpec("kv_aware", "kv_aware", host_tier=True, pool=True, advisories=False),
-        SystemSpec("kv_aware+advisories", "kv_aware", host_tier=True, pool=True, advisories=True),
-        SystemSpec("kv_aware+oracle", "kv_aware", host_tier=True, pool=True, advisories=True, oracle=True),
-        SystemSpec(
-            "kv_aware+advisories-free-only",
-            "kv_aware",
-            host_tier=True,
-            pool=True,
-            advisories=True,
-            ranked_prefetch=False,
-        ),
-        SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
-        SystemSpec("kv_aware+toolkv", "kv_aware", host_tier=True, pool=True, advisories=True, tool_kv=True),
-        SystemSpec(
-            "kv_aware+toolkv-counts",
-            "kv_aware",
-            host_tier=True,
-            pool=True,
-            advisories=True,
-            tool_kv=True,
-            counts_only=True,
-        ),
-    )
-}
 
 
 @dataclass(slots=True)
