@@ -92,14 +92,19 @@ def _wait_pool_quiet(pool: Path, before: int, quiet_s: float = 1.0, timeout: flo
     raise TimeoutError(f"the pool directory {pool} did not settle")
 
 
-def _prefetch(client: httpx.Client, ids: list[int], target: str) -> PrefetchStatus:
+def _prefetch(client: httpx.Client, ids: list[int], target: str, timeout: float = 300.0) -> PrefetchStatus:
+    """Start a prefetch and poll it until it ends; a prefetch still queued or running after `timeout` seconds is an
+    error that names its last status (a worker that never ends one must not hang the benchmark)."""
     response = client.post(PREFETCH_PATH, json={"session_id": "bench", "input_ids": ids, "target": target})
     response.raise_for_status()
     prefetch_id = response.json()["prefetch_id"]
+    deadline = time.monotonic() + timeout
     while True:
         status = PrefetchStatus.model_validate(client.get(f"{PREFETCH_PATH}/{prefetch_id}").json())
         if status.state not in ("queued", "running"):
             return status
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"prefetch {prefetch_id} still {status.state} after {timeout:.0f} s: {status}")
         time.sleep(0.01)
 
 

@@ -132,7 +132,9 @@ def create_app(
             if the_store is None:
                 if settings.auto_migrate:
                     await sessions.upgrade(settings.database_url)
-                the_store = sessions.SqlSessionStore(sessions.create_engine(settings.database_url))
+                the_store = sessions.SqlSessionStore(
+                    sessions.create_engine(settings.database_url, pool_size=settings.database_pool_size)
+                )
                 stack.push_async_callback(the_store.close)
             instance, run = (
                 settings.instance_id or default_instance_id(settings.host, settings.port),

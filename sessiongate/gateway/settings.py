@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from sessiongate.sessions.database import POSTGRES_POOL_SIZE
 from sessiongate.settings_base import EnvSettings
 
 from .routing import DEFAULT_RESERVATION_MARGIN_S, POLICY_NAMES, CostModel
@@ -62,6 +63,9 @@ class GatewaySettings(EnvSettings):
     `http://127.0.0.1:30001,http://127.0.0.1:30002`."""
     database_url: str = DEFAULT_DATABASE_URL
     """The store: `sqlite+aiosqlite:///...` or `postgresql+asyncpg://...`."""
+    database_pool_size: int = Field(POSTGRES_POOL_SIZE, ge=1)
+    """Connections to PostgreSQL this replica keeps open (no more are opened: a store call past them waits for one).
+    Size the server's `max_connections` for every replica's. SQLite ignores it."""
     auto_migrate: bool = True
     """Run the store's migrations at start-up (the embedded default); replicas sharing PostgreSQL run `sessiongate db
     upgrade` once instead."""

@@ -1,10 +1,10 @@
 """Engines and schema migrations: `create_engine(url)` with the per-backend settings, `upgrade(url)`.
 
 SQLite (`sqlite+aiosqlite:///path`) gets WAL journaling, foreign keys and a 5 s busy timeout on every new
-connection; PostgreSQL (`postgresql+asyncpg://...`) gets pre-ping, a 5 s connect timeout, a statement
-timeout, and TCP timeouts on its sockets (`UNACKNOWLEDGED_TIMEOUT_S`): a server that a network partition cut off
-(no refusal, no reset: its packets just vanish) fails a statement within seconds, where the statement timeout (30
-s) or the kernel's retransmissions (~15 min) would hold every request that long.
+connection; PostgreSQL (`postgresql+asyncpg://...`) gets a pool of a fixed size (`POSTGRES_POOL_SIZE`), pre-ping, a
+5 s connect timeout, a statement timeout, and TCP timeouts on its sockets (`UNACKNOWLEDGED_TIMEOUT_S`): a server that
+a network partition cut off (no refusal, no reset: its packets just vanish) fails a statement within seconds, where
+the statement timeout (30 s) or the kernel's retransmissions (~15 min) would hold every request that long.
 `upgrade` runs Alembic's `upgrade head` with the migrations shipped in this package; the Alembic
 configuration is built in code (there is no alembic.ini). A database that cannot be reached raises
 `StoreUnavailable`.
@@ -30,6 +30,7 @@ from .errors import StoreUnavailable, is_unavailable
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "POSTGRES_POOL_SIZE",
     "SQLITE_BUSY_TIMEOUT_MS",
     "STATEMENT_TIMEOUT_S",
     "UNACKNOWLEDGED_TIMEOUT_S",
@@ -44,6 +45,12 @@ SQLITE_BUSY_TIMEOUT_MS = 5000
 CONNECT_TIMEOUT_S = 5.0
 STATEMENT_TIMEOUT_S = 30.0
 UNACKNOWLEDGED_TIMEOUT_S = 3.0
+POSTGRES_POOL_SIZE = 15
+"""Connections to PostgreSQL an engine keeps open, and the most it opens: a store call past them waits for one.
+Without overflow on purpose: SQLAlchemy closes an overflow connection as soon as it is returned, so a load that
+sways around the pool's size opened a new connection (a server process, its authentication and asyncpg's type
+introspection) for every few turns: 192 server processes in 20 s for at most 15 at once, at 245 turns/s of 32
+sessions, and a server whose memory saw-toothed with them. 15 is the old pool's most (5 kept and 10 overflow)."""
 """A PostgreSQL connection whose sent bytes the server's host has not acknowledged for this long is dead
 (`TCP_USER_TIMEOUT`); an idle one is probed after as long (TCP keepalive). A slow query is not affected: its
 server's kernel acknowledges the bytes at once, however long the query takes."""
@@ -84,8 +91,10 @@ def json_loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
-    """An async engine for `url`, SQLite (aiosqlite) or PostgreSQL (asyncpg); `kwargs` go to SQLAlchemy."""
+def create_engine(url: str | URL, *, pool_size: int = POSTGRES_POOL_SIZE, **kwargs: Any) -> AsyncEngine:
+    """An async engine for `url`, SQLite (aiosqlite) or PostgreSQL (asyncpg); `kwargs` go to SQLAlchemy.
+    `pool_size`: PostgreSQL's connections, each kept open once opened (no overflow). SQLite's file is written
+    through one connection of the store's own (`sqlite_file_engine`): its async engine's pool is SQLAlchemy's."""
     kwargs.setdefault("json_serializer", json_dumps)
     kwargs.setdefault("json_deserializer", json_loads)
     parsed = make_url(url)
@@ -100,7 +109,8 @@ def create_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
             connect_args = {"timeout": CONNECT_TIMEOUT_S, "command_timeout": STATEMENT_TIMEOUT_S}
         connect_args.update(kwargs.pop("connect_args", {}))
         kwargs.setdefault("pool_pre_ping", True)
-        engine = create_async_engine(parsed, connect_args=connect_args, **kwargs)
+        kwargs.setdefault("max_overflow", 0)
+        engine = create_async_engine(parsed, connect_args=connect_args, pool_size=pool_size, **kwargs)
         event.listen(engine.sync_engine, "connect", _set_tcp_timeouts)
         return engine
     raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: use sqlite or postgresql")
