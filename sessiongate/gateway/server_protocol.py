@@ -93,11 +93,12 @@ def tune_collector() -> None:
     """Freeze what start-up made (modules, the app) out of the cyclic collector's reach and collect less often.
 
     Most of what a turn allocates is freed by reference counting the moment it is done with; the collector is for
-    cycles (a task and its coroutine, an exception and its traceback). With Python's thresholds a gateway at 1,000
-    sessions and 600 turns/s spent 8.0 s of every 60 s in it (13% of its CPU), and each full collection, every 2 s,
-    held the event loop 55-200 ms (136 ms median; 55 ms with start-up's objects frozen): every request waiting then
-    waited that long. With these thresholds it spent 1.5 s, and no full collection ran in the minute measured
-    (docs/benchmarks.md, "The cyclic garbage collector")."""
+    cycles (a task and its coroutine, an exception and its traceback). With Python's thresholds a gateway spent 13%
+    of its time in it, in full collections above all, each holding the event loop (and every request waiting on it):
+    at 1,000 sessions 8 s a minute, a full collection every 2 s of 150 ms (median); at 10,000 sessions 74.5 s of 560,
+    every 4.4 s one of 408 ms (median; 623 ms the longest). Tuned, the 10,000 sessions cost 9.7 s of collection,
+    300 ms the longest, and the gateway served 9-26% more turns a second (docs/benchmarks.md, "The cyclic
+    collector")."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*COLLECTOR_THRESHOLDS)
