@@ -45,15 +45,15 @@ SQLITE_BUSY_TIMEOUT_MS = 5000
 CONNECT_TIMEOUT_S = 5.0
 STATEMENT_TIMEOUT_S = 30.0
 UNACKNOWLEDGED_TIMEOUT_S = 3.0
+"""A PostgreSQL connection whose sent bytes the server's host has not acknowledged for this long is dead
+(`TCP_USER_TIMEOUT`); an idle one is probed after as long (TCP keepalive). A slow query is not affected: its
+server's kernel acknowledges the bytes at once, however long the query takes."""
 POSTGRES_POOL_SIZE = 15
 """Connections to PostgreSQL an engine keeps open, and the most it opens: a store call past them waits for one.
 Without overflow on purpose: SQLAlchemy closes an overflow connection as soon as it is returned, so a load that
 sways around the pool's size opened a new connection (a server process, its authentication and asyncpg's type
 introspection) for every few turns: 192 server processes in 20 s for at most 15 at once, at 245 turns/s of 32
 sessions, and a server whose memory saw-toothed with them. 15 is the old pool's most (5 kept and 10 overflow)."""
-"""A PostgreSQL connection whose sent bytes the server's host has not acknowledged for this long is dead
-(`TCP_USER_TIMEOUT`); an idle one is probed after as long (TCP keepalive). A slow query is not affected: its
-server's kernel acknowledges the bytes at once, however long the query takes."""
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
