@@ -48,9 +48,9 @@ ADMIN = {"authorization": "Bearer admin"}
 GREEDY = {"model": "tiny", "max_tokens": 8, "temperature": 0}
 SYSTEM = "You are a travel assistant. " + " ".join(f"Rule {i}: answer briefly, cite guide page {i}." for i in range(40))
 # Long generations that keep a worker busy: more of them than its KV budget admits at once, so its load report
-# shows requests running and queued. They end when the test closes their streams (SGLang aborts them). The cost
-# model charges each queued request a typical prefill but not the wait for a free batch slot, so it takes a long
-# queue (16 here) before a worker's wait outweighs moving a session's KV off it.
+# shows requests running and queued, each sent again when it ends, until the test closes their streams (SGLang
+# aborts them). The cost model charges each queued request a typical prefill but not the wait for a free batch slot,
+# so it takes a long queue (16 here) before a worker's wait outweighs moving a session's KV off it.
 BUSY_STREAMS = 24
 BUSY_TOKENS = 2000
 
@@ -191,13 +191,17 @@ async def busy(gateway: httpx.AsyncClient, worker: WorkerProcess) -> AsyncIterat
             "ignore_eos": True,
             "stream": True,
         }
-        async with client.stream("POST", f"{worker.url}/v1/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                return f"job {i}: HTTP {response.status_code} {(await response.aread())[:300]!r}"
-            last = ""
-            async for line in response.aiter_lines():
-                last = line or last
-            return f"job {i}: its stream ended; its last line: {last[:300]}"
+        # A generation that runs to its end (a fast machine, or a test body slowed by a loaded one) is sent again,
+        # so the worker stays busy until the test closes the streams; only a failure ends a job.
+        while True:
+            async with client.stream("POST", f"{worker.url}/v1/chat/completions", json=body) as response:
+                if response.status_code != 200:
+                    return f"job {i}: HTTP {response.status_code} {(await response.aread())[:300]!r}"
+                last = ""
+                async for line in response.aiter_lines():
+                    last = line or last
+                if last != "data: [DONE]":
+                    return f"job {i}: its stream ended without [DONE]; its last line: {last[:300]}"
 
     async def loaded() -> dict[str, Any] | None:
         shown = (await gateway.get("/v1/admin/workers", headers=ADMIN)).json()["data"]
@@ -213,7 +217,7 @@ async def busy(gateway: httpx.AsyncClient, worker: WorkerProcess) -> AsyncIterat
         try:
             yield await eventually(loaded, f"{worker_id} busy")
             ended = [job.result() if not job.exception() else repr(job.exception()) for job in jobs if job.done()]
-            assert not ended, f"background generations ended early: {ended}"
+            assert not ended, f"background generations failed: {ended}"
         finally:
             for job in jobs:
                 job.cancel()
