@@ -7,9 +7,9 @@
     ├── NotFound                      404 not_found_error
     ├── Conflict                      409 conflict_error (e.g. the same Idempotency-Key in progress)
     ├── PayloadTooLarge               413 invalid_request_error / request_too_large
-    ├── RateLimited                   429 rate_limit_error, with Retry-After (a tenant's limit)
+    ├── RateLimited                   429 rate_limit_error, with Retry-After and retry-after-ms (a tenant's limit)
     ├── ServiceUnavailable            503 service_unavailable (no healthy worker, store down)
-    │   └── Saturated                 503 gateway_saturated, with Retry-After (the admission queue's bound)
+    │   └── Saturated                 503 gateway_saturated, with both as well (the admission queue's bound)
     └── UpstreamError                 502 upstream_error (a worker failed us)
         ├── WorkerUnreachable         502 worker_unreachable (refused, reset, closed mid-way)
         ├── WorkerTimeout             504 worker_timeout
@@ -52,6 +52,13 @@ __all__ = [
 ]
 
 log = structlog.get_logger(__name__)
+
+
+def retry_after_headers(seconds: float) -> dict[str, str]:
+    """`Retry-After` in whole seconds (at least one, as HTTP has it) and `retry-after-ms`, the exact wait (as
+    OpenAI's API sends it; the SDK reads it first): a queue spacing returns a few milliseconds apart would otherwise
+    send them back a whole second at a time."""
+    return {"Retry-After": str(max(1, math.ceil(seconds))), "retry-after-ms": str(max(0, round(seconds * 1000)))}
 
 
 class GatewayError(Exception):
@@ -117,7 +124,7 @@ class RateLimited(GatewayError):
         self.retry_after_s = retry_after_s
 
     def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+        return retry_after_headers(self.retry_after_s)
 
 
 class ServiceUnavailable(GatewayError):
@@ -135,7 +142,7 @@ class Saturated(ServiceUnavailable):
         self.retry_after_s = retry_after_s
 
     def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+        return retry_after_headers(self.retry_after_s)
 
 
 class UpstreamError(GatewayError):

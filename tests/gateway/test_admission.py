@@ -9,6 +9,7 @@ import pytest
 
 from sessiongate.gateway.errors import RateLimited, Saturated
 from sessiongate.gateway.turn.admission import AdmissionConfig, FairAdmission, FairSlot
+from sessiongate.gateway.turn.retry_calendar import RetryCalendar
 
 pytestmark = pytest.mark.anyio
 
@@ -240,16 +241,19 @@ async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_
     assert shed.value.status_code == 503
     assert shed.value.code == "gateway_saturated"
     assert shed.value.retry_after_s == pytest.approx(2.0)  # the predicted wait: by then the turns ahead have started
-    assert shed.value.headers() == {"Retry-After": "2"}
+    assert shed.value.headers() == {"Retry-After": "2", "retry-after-ms": "2000"}
     assert gate.stats()["shed_503"] == 1
     assert (gate.active, gate.waiting) == (1, 1)  # nothing already accepted was dropped
 
 
 async def test_a_session_is_never_shed_twice_in_a_row() -> None:
     gate, starts = await one_running_one_queued()
-    with pytest.raises(Saturated):
+    with pytest.raises(Saturated) as shed:
         await gate.enter("t", "d", 100)  # predicted 2 s > 1.5 s
     # Back after its Retry-After, the queue as long: this time it waits its turn instead.
+    clock = gate._clock
+    assert isinstance(clock, Clock)
+    clock.now += shed.value.retry_after_s
     await starts.queue("d-again", "t", "d")
     assert (gate.active, gate.waiting) == (1, 2)
     assert gate.stats()["shed_503"] == 1
@@ -373,3 +377,91 @@ async def test_no_limit_means_no_queue() -> None:
     assert (gate.active, gate.waiting) == (0, 0)
     for slot in slots:
         slot.release(1)
+
+
+async def test_shed_turns_are_told_to_come_back_one_turn_start_apart() -> None:
+    gate, _ = await one_running_one_queued()  # one slot, 1 s a turn: a start a second
+    waits = []
+    for session in ("d", "e", "f"):
+        with pytest.raises(Saturated) as shed:
+            await gate.enter("t", session, 100)
+        waits.append(shed.value.retry_after_s)
+    # d no sooner than its predicted wait (2 s); e and f after it, a start apart (each also predicted 2 s, and more
+    # with d's return counted ahead: 3 s, then 4 s).
+    assert waits == pytest.approx([2.0, 3.0, 4.0])
+    assert len(gate.calendar) == 3
+    assert gate.stats()["shed_503"] == 3
+
+
+async def test_returns_promised_within_the_bound_count_as_queued_ahead() -> None:
+    clock = Clock()
+    gate = admission(clock, max_active=1, max_wait_s=3.5)
+    starts = Starts(gate)
+    await starts.queue("a", "t", "a")
+    clock.now += 1.0
+    await starts.release("a")  # 1 s a turn
+    await starts.queue("b", "t", "b")  # running
+    for label in ("c", "d", "e"):  # predicted 1, 2 and 3 s: queued
+        await starts.queue(label, "t", label)
+    with pytest.raises(Saturated) as shed:
+        await gate.enter("t", "f", 100)  # 4 s: shed, back in 4 s
+    assert shed.value.retry_after_s == pytest.approx(4.0)
+    starts.tasks["d"].cancel()  # d's client went away: two turns wait
+    await asyncio.sleep(0)
+    assert gate.waiting == 2
+    clock.now += 1.0  # f is due back within the bound now
+    # A new turn would wait for c and e and itself: 3 s, within the bound; with f counted ahead, 4 s: shed.
+    assert gate.predicted_wait_s("t", 10**9, 10**9) == pytest.approx(3.0)
+    with pytest.raises(Saturated):
+        await gate.enter("t", "g", 100)
+    assert gate.waiting == 2
+
+
+async def test_a_session_back_early_is_told_again_and_keeps_its_place() -> None:
+    gate, starts = await one_running_one_queued()
+    clock = gate._clock
+    assert isinstance(clock, Clock)
+    with pytest.raises(Saturated) as first:
+        await gate.enter("t", "d", 100)
+    with pytest.raises(Saturated) as later:
+        await gate.enter("t", "e", 100)
+    assert (first.value.retry_after_s, later.value.retry_after_s) == pytest.approx((2.0, 3.0))
+    clock.now += 0.5
+    with pytest.raises(Saturated) as early:  # d half a second in: the rest of its wait, the same return time
+        await gate.enter("t", "d", 100)
+    assert early.value.retry_after_s == pytest.approx(1.5)
+    assert len(gate.calendar) == 2  # no new promise: e's return is still a second after d's
+    clock.now += 1.5
+    await starts.queue("d-on-time", "t", "d")  # on time: queued, though the queue is as long as it was
+    assert gate.waiting == 2
+    assert len(gate.calendar) == 1
+
+
+async def test_a_return_time_is_forgotten_once_twice_the_bound_overdue() -> None:
+    gate, _ = await one_running_one_queued()  # bound 1.5 s: grace 3 s
+    clock = gate._clock
+    assert isinstance(clock, Clock)
+    with pytest.raises(Saturated) as shed:
+        await gate.enter("t", "d", 100)
+    assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 1
+    clock.now += shed.value.retry_after_s + 3.5
+    assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 0
+    # d comes back far too late: a first try again, shed as any other would be.
+    with pytest.raises(Saturated):
+        await gate.enter("t", "d", 100)
+
+
+def test_the_calendar_spaces_promises_and_forgets_stale_ones() -> None:
+    calendar = RetryCalendar(grace_s=1.0)
+    first = calendar.promise(10.0, 0.5)
+    second = calendar.promise(9.0, 0.5)  # asked earlier than the last: after it, half a second on
+    third = calendar.promise(20.0, 0.5)  # asked later than the next free time: when asked
+    assert (first.due, second.due, third.due) == (10.0, 10.5, 20.0)
+    assert calendar.due_before(0.0, 10.5) == 2
+    calendar.redeem(first)
+    calendar.redeem(first)  # twice: no harm
+    assert calendar.due_before(0.0, 10.5) == 1
+    assert calendar.expected(second, 11.5)
+    assert not calendar.expected(second, 11.6)
+    assert calendar.due_before(11.6, 30.0) == 1  # second forgotten, third left
+    assert len(calendar) == 1

@@ -33,6 +33,19 @@ async def chat(gw: Gateway, session: str, headers: dict[str, str] | None = None,
     )
 
 
+class Recording(httpx.AsyncBaseTransport):
+    """The gateway's transport, keeping every response it gives."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.responses: list[httpx.Response] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        self.responses.append(response)
+        return response
+
+
 async def until(condition: Any) -> None:
     while not condition():  # noqa: ASYNC110 (polling the gateway's state: there is no event to wait on)
         await asyncio.sleep(0.005)
@@ -172,12 +185,15 @@ async def test_the_sdk_waits_as_a_shed_turn_asks_then_sends_it_again(tmp_path: P
             await settle([holder])
             await until(lambda: gw.state.admission.active == 0)
 
-        transport = gw.client._transport
+        transport = Recording(gw.client._transport)
         async with AsyncSessionGate(base_url="http://gateway", transport=transport, sleep=sleep) as sdk:
             session = await sdk.sessions.create(session_id="sdk-shed")
             answer = await session.chat([{"role": "user", "content": "hello"}])
         assert answer.content == "echo: hello"
-        assert sleeps == [1.0]  # the Retry-After of the 503, not the SDK's own backoff
+        [refusal] = [r for r in transport.responses if r.status_code == 503]
+        assert refusal.headers["retry-after"] == "1"  # whole seconds, at least one
+        # The SDK waited the exact wait the gateway asked (retry-after-ms), not its own backoff.
+        assert sleeps == [int(refusal.headers["retry-after-ms"]) / 1000]
         turns = (await gw.client.get("/v1/sessions/sdk-shed/turns")).json()["data"]
         assert [t["status"] for t in turns] == ["ok"]  # the shed attempt left no turn
 

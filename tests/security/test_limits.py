@@ -76,7 +76,7 @@ def test_token_bucket_refills_over_time() -> None:
     admission.release()
     with pytest.raises(RateLimited) as refused:
         limits.admit("t")
-    assert refused.value.headers() == {"Retry-After": "31"}
+    assert refused.value.headers() == {"Retry-After": "31", "retry-after-ms": "31000"}
     now[0] = 31.0
     limits.admit("t").release()
 
@@ -147,7 +147,7 @@ def test_override_falls_back_to_the_global_value_and_caps_the_bucket() -> None:
     admission.release()
     with pytest.raises(RateLimited) as refused:
         limits.admit("t")
-    assert refused.value.headers() == {"Retry-After": "31"}
+    assert refused.value.headers() == {"Retry-After": "31", "retry-after-ms": "31000"}
     limits.replace_overrides([])  # the override is gone: the global 600/min refills the -30 in 3 s, not 31 s
     now[0] = 3.5
     limits.admit("t").release()

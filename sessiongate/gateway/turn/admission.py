@@ -23,10 +23,12 @@ holds (renormalised once the factor grows large). Idle sessions whose service de
 than their tenant's virtual time (a new session would get the same tag), are forgotten (`_sweep`), so memory
 follows the sessions active lately.
 
-A turn predicted to wait past `max_wait_s` is refused at once (`admission_parts.ShedDecision`: 429 or 503), unless
-its session's last turn was refused: a session is never shed twice in a row (which sessions meet a long queue is
-chance, and a shed session waits out its `Retry-After` while the others cycle: shed again and again, one fell to a
-quarter of its fair share). A turn already queued is never dropped, and a turn that was its session's only one when
+A turn predicted to wait past `max_wait_s` is refused at once (`admission_parts.ShedDecision`: 429 or 503) and told
+when to come back (`retry_calendar`: return times spaced by what the gateway serves). Its session's next turn, back
+on time, queues whatever its predicted wait: a session is never shed twice in a row (which sessions meet a long
+queue is chance, and a shed session waits out its `Retry-After` while the others cycle: shed again and again, one
+fell to a quarter of its fair share); back early, it is told again, keeping its place. A turn already queued is
+never dropped, and a turn that was its session's only one when
 it came and has waited twice the bound starts ahead of the order (the oldest first): sessions coming back from a
 pause enter at the virtual time and could otherwise hold back a turn tagged just past it for as long as they keep
 coming. A session's further turns (a flood) get no such start: when they did, the flood's turns came in that way and
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import heapq
 import itertools
 import math
@@ -55,6 +58,7 @@ from .admission_parts import (
     Waiter,
     estimate_cost,
 )
+from .retry_calendar import RetryCalendar
 
 __all__ = ["AdmissionConfig", "FairAdmission", "FairSlot", "ShedDecision", "estimate_cost"]
 
@@ -67,6 +71,9 @@ _MEAN_WEIGHT = 0.02
 # A new turn's tag is at most this many mean turn costs past its tenant's virtual time: a session that used much more
 # than the others waits behind about that many rounds of theirs, not until they have caught up with it.
 TAG_SPAN_TURNS = 2.0
+# A shed turn's session back this much before its return time is told again (a client that waits as told is late,
+# never early: the time is counted from the refusal, before the answer reaches it).
+RETURN_EARLY_S = 0.1
 
 
 class FairAdmission:
@@ -97,6 +104,8 @@ class FairAdmission:
         self.mean_cost: float | None = None  # tokens a turn used, recently
         self.shed_counts = {429: 0, 503: 0}
         self.started = 0
+        # Promises are forgotten twice the bound after their time (a client told in whole seconds is up to one late).
+        self.calendar = RetryCalendar(grace_s=2 * config.max_wait_s)
 
     # --- the turn's side -------------------------------------------------------------------------------------
 
@@ -112,15 +121,26 @@ class FairAdmission:
         tenant = self._tenant(tenant_id)
         scale = self._scale(now)
         tag = self._tag(tenant, session, scale)
-        if self.active < self._limit and not self.waiting:
+        free = self.active < self._limit and not self.waiting
+        promise = session.promise
+        on_time = promise is not None and self.calendar.expected(promise, now)
+        if promise is not None and on_time and not free and now < promise.due - RETURN_EARLY_S:
+            wait = promise.due - now  # back early to a full gateway: told again when, its place kept
+            raise self._shed(ShedDecision(wait, self.config.max_wait_s, self._over_share(tenant_id), wait))
+        if promise is not None:
+            self.calendar.redeem(promise)
+            session.promise = None
+        if free:
             self._charge(tenant, session, cost, scale)
             return self._start(tenant, tenant_id, session, session_id, cost, now)
         waiter = Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
-        decision = None if session.shed else self.shed_decision(tenant_id, tag, waiter.seq)
-        session.shed = decision is not None
+        decision = None if on_time else self.shed_decision(tenant_id, tag, waiter.seq, now)
         if decision is not None:
-            self.shed_counts[429 if decision.over_share else 503] += 1
-            raise decision.error()
+            # A return time from the calendar: no sooner than the predicted wait, one per turn start at the recent
+            # rate after the returns already promised.
+            interval = (self.mean_active_s or 0.0) / max(self._limit, 1)
+            promise = session.promise = self.calendar.promise(now + decision.predicted_wait_s, interval)
+            raise self._shed(dataclasses.replace(decision, retry_after_s=promise.due - now))
         self._charge(tenant, session, cost, scale)
         self._enqueue(tenant, session, waiter)
         future = waiter.future = asyncio.get_running_loop().create_future()
@@ -158,17 +178,23 @@ class FairAdmission:
         session.service = max(session.service, tenant.virtual)
         session.pending += cost * scale
 
-    def shed_decision(self, tenant_id: str, tag: float, seq: int) -> ShedDecision | None:
+    def shed_decision(self, tenant_id: str, tag: float, seq: int, now: float) -> ShedDecision | None:
         """The decision for a turn of `tenant_id` with start tag `tag` that cannot start at once (None: queue it)."""
         if not self.config.max_wait_s or self.mean_active_s is None:
             return None
-        predicted = self.predicted_wait_s(tenant_id, tag, seq)
+        promised = self.calendar.due_before(now, now + self.config.max_wait_s)
+        predicted = self.predicted_wait_s(tenant_id, tag, seq, promised=promised)
         if predicted <= self.config.max_wait_s:
             return None
-        return ShedDecision(predicted, self.config.max_wait_s, self._over_share(tenant_id))
+        return ShedDecision(predicted, self.config.max_wait_s, self._over_share(tenant_id), predicted)
 
-    def predicted_wait_s(self, tenant_id: str, tag: float, seq: int) -> float:
-        """How long a turn with this tag would wait: the turns that would start before it, at the recent rate."""
+    def _shed(self, decision: ShedDecision) -> Exception:
+        self.shed_counts[429 if decision.over_share else 503] += 1
+        return decision.error()
+
+    def predicted_wait_s(self, tenant_id: str, tag: float, seq: int, *, promised: int = 0) -> float:
+        """How long a turn with this tag would wait: the turns that would start before it (`promised`: shed turns
+        due back meanwhile, counted as queued ahead), at the recent rate."""
         if self.mean_active_s is None:
             return 0.0
         tenant = self._tenants.get(tenant_id)
@@ -180,7 +206,7 @@ class FairAdmission:
             if other_id != tenant_id:
                 other = self._tenants[other_id]
                 others += min(other.waiting, rounds * other.weight)
-        return (own + others + 1) * self.mean_active_s / self._limit
+        return (own + others + promised + 1) * self.mean_active_s / self._limit
 
     def _over_share(self, tenant_id: str) -> bool:
         tenant = self._tenants.get(tenant_id)
@@ -342,14 +368,19 @@ class FairAdmission:
 
     def _sweep(self, now: float) -> None:
         """Forget idle sessions whose service decayed below a token or is no more than their tenant's virtual time
-        (a new session would get the same tag), and idle tenants whose service decayed below a token."""
+        (a new session would get the same tag) and that hold no return time, and idle tenants whose service decayed
+        below a token."""
         self._last_sweep = now
         floor = self._scale(now)
         tenants = self._tenants
+        calendar = self.calendar
         for sid in [
             s
             for s, e in self._sessions.items()
-            if not e.active and not e.waiting and (e.service < floor or self._at_frontier(e))
+            if not e.active
+            and not e.waiting
+            and (e.service < floor or self._at_frontier(e))
+            and (e.promise is None or not calendar.expected(e.promise, now))
         ]:
             del self._sessions[sid]
         for tid in [t for t, e in tenants.items() if not e.active and not e.waiting and e.served < floor]:

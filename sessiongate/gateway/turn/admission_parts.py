@@ -3,11 +3,11 @@ slot in the active phase, the refusal of a turn predicted to wait too long, and 
 session, tenant and waiting turn.
 
 A turn that cannot start at once has a predicted wait: the turns that would start before it (its tenant's
-waiting turns with a smaller tag, and what the other waiting tenants start meanwhile by weight) times the recent
-mean active time, over `max_active`. Past `max_wait_s` the turn is refused at once (`ShedDecision`): 429
-`fair_share_exceeded` when its tenant holds more than its weighted share of the turns in the gateway (active and
-waiting), else 503 `gateway_saturated`, both with `Retry-After` (the predicted wait: by then the turns ahead of it
-have started).
+waiting turns with a smaller tag, what the other waiting tenants start meanwhile by weight, and the shed turns
+promised to come back within the bound) times the recent mean active time, over `max_active`. Past `max_wait_s`
+the turn is refused at once (`ShedDecision`): 429 `fair_share_exceeded` when its tenant holds more than its weighted
+share of the turns in the gateway (active and waiting), else 503 `gateway_saturated`, both with `Retry-After` (and
+`retry-after-ms`): the return time the `retry_calendar` gave it, no sooner than its predicted wait.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sessiongate.gateway.errors import RateLimited, Saturated
+
+from .retry_calendar import Promise
 
 __all__ = ["AdmissionConfig", "FairSlot", "SessionRecord", "ShedDecision", "TenantRecord", "Waiter", "estimate_cost"]
 
@@ -39,12 +41,9 @@ class ShedDecision:
     predicted_wait_s: float
     max_wait_s: float
     over_share: bool
-
-    @property
-    def retry_after_s(self) -> float:
-        """The predicted wait: by then the turns ahead have started (the excess over the bound alone brought 10,000
-        sessions back every second, a storm of retries that took the gateway's time)."""
-        return self.predicted_wait_s
+    # When to come back: the calendar's return time, never sooner than the predicted wait (by then the turns ahead
+    # have started; the excess over the bound alone brought 10,000 sessions back every second).
+    retry_after_s: float
 
     def error(self) -> RateLimited | Saturated:
         if self.over_share:
@@ -66,11 +65,12 @@ def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
 
 
 class SessionRecord:
-    __slots__ = ("active", "pending", "service", "shed", "tenant_id", "waiting")
+    __slots__ = ("active", "pending", "promise", "service", "tenant_id", "waiting")
 
     def __init__(self, tenant_id: str) -> None:
         self.tenant_id = tenant_id
-        self.shed = False  # its last turn was shed: the next one queues, whatever its predicted wait
+        # Its last turn was shed and told to come back then: the next one, on time, queues whatever its predicted wait.
+        self.promise: Promise | None = None
         self.service = 0.0  # scaled: the tokens its ended turns used (at least its tenant's virtual time, once queued)
         self.pending = 0.0  # scaled: the estimates of its turns queued or running
         self.waiting = 0
