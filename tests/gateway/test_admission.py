@@ -437,14 +437,16 @@ async def test_a_session_back_early_is_told_again_and_keeps_its_place() -> None:
     assert len(gate.calendar) == 1
 
 
-async def test_a_return_time_is_forgotten_once_twice_the_bound_overdue() -> None:
-    gate, _ = await one_running_one_queued()  # bound 1.5 s: grace 3 s
+async def test_a_return_time_is_forgotten_once_twice_the_bound_and_a_second_overdue() -> None:
+    gate, _ = await one_running_one_queued()  # bound 1.5 s: grace 4 s
     clock = gate._clock
     assert isinstance(clock, Clock)
     with pytest.raises(Saturated) as shed:
         await gate.enter("t", "d", 100)
     assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 1
-    clock.now += shed.value.retry_after_s + 3.5
+    clock.now += shed.value.retry_after_s + 3.9
+    assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 1
+    clock.now += 0.2
     assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 0
     # d comes back far too late: a first try again, shed as any other would be.
     with pytest.raises(Saturated):

@@ -125,6 +125,9 @@ async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(t
         await settle([holder])
         for worker in gw.workers.values():
             worker.hang = False
+        metrics = (await gw.client.get("/metrics")).text
+        assert "sessiongate_admission_returns_promised 2.0" in metrics  # both told when to come back
+        await asyncio.sleep(int(shed.headers["retry-after-ms"]) / 1000)  # as told: on time, it queues
         # The idempotency key was never claimed: the retry runs as a first request.
         retried = await chat(gw, "shed-me", headers={"idempotency-key": "k-1"})
         assert retried.status_code == 200
@@ -134,6 +137,7 @@ async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(t
         metrics = (await gw.client.get("/metrics")).text
         assert 'sessiongate_admission_shed_total{status="503"} 2.0' in metrics
         assert "sessiongate_admission_waiting 0.0" in metrics
+        assert "sessiongate_admission_returns_promised 1.0" in metrics  # the responses turn never came back
 
 
 async def test_a_tenant_over_its_share_gets_429_and_the_other_503(tmp_path: Path) -> None:

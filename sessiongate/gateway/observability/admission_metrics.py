@@ -43,7 +43,18 @@ class AdmissionCollector(Collector):
             "Chat turns allowed in their active phase now: the configured maximum, or less while the event loop lags.",
         )
         limit.add_metric([], gate.limit)
-        figures: list[Metric] = [active, waiting, started, shed, mean, limit]
+        promised, horizon = gate.returns()
+        returns = GaugeMetricFamily(
+            "sessiongate_admission_returns_promised",
+            "Shed turns told when to come back (Retry-After) and still expected.",
+        )
+        returns.add_metric([], promised)
+        ahead = GaugeMetricFamily(
+            "sessiongate_admission_return_horizon_seconds",
+            "How far ahead the last promised return is: about the wait a turn shed now is told.",
+        )
+        ahead.add_metric([], horizon)
+        figures: list[Metric] = [active, waiting, started, shed, mean, limit, returns, ahead]
         if self.limiter is not None:
             lag = GaugeMetricFamily(
                 "sessiongate_event_loop_lag_seconds", "How late the gateway's event loop runs a due timer, recently."

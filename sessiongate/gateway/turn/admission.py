@@ -104,8 +104,9 @@ class FairAdmission:
         self.mean_cost: float | None = None  # tokens a turn used, recently
         self.shed_counts = {429: 0, 503: 0}
         self.started = 0
-        # Promises are forgotten twice the bound after their time (a client told in whole seconds is up to one late).
-        self.calendar = RetryCalendar(grace_s=2 * config.max_wait_s)
+        # A promise is forgotten twice the bound after its time, and a second more: a client that reads only
+        # `Retry-After`, in whole seconds, comes back up to a second late.
+        self.calendar = RetryCalendar(grace_s=2 * config.max_wait_s + 1.0)
 
     # --- the turn's side -------------------------------------------------------------------------------------
 
@@ -406,7 +407,13 @@ class FairAdmission:
         self._epoch = now
         self._rebuild_heap()
 
+    def returns(self) -> tuple[int, float]:
+        """Shed turns told to come back and still expected, and how far ahead the last of them is due."""
+        now = self._clock()
+        return self.calendar.due_before(now, math.inf), self.calendar.horizon_s(now)
+
     def stats(self) -> dict[str, float | int]:
+        promised, horizon = self.returns()
         return {
             "active": self.active,
             "waiting": self.waiting,
@@ -417,4 +424,6 @@ class FairAdmission:
             "shed_503": self.shed_counts[503],
             "mean_active_s": self.mean_active_s if self.mean_active_s is not None else math.nan,
             "limit": self._limit,
+            "returns_promised": promised,
+            "return_horizon_s": horizon,
         }

@@ -67,6 +67,10 @@ class RetryCalendar:
             del dues[:stale]
         return bisect.bisect_right(dues, (horizon, math.inf))
 
+    def horizon_s(self, now: float) -> float:
+        """How far from `now` the last promise is due (0 when none is ahead): about what a turn shed now is told."""
+        return max(self._dues[-1][0] - now, 0.0) if self._dues else 0.0
+
     def expected(self, promise: Promise, now: float) -> bool:
         """Whether `promise` still holds a place at `now` (not more than `grace_s` overdue)."""
         return now - promise.due <= self.grace_s
