@@ -240,8 +240,9 @@ async def test_a_turn_past_the_bound_is_shed_at_once_with_503_when_no_tenant_is_
         await gate.enter("t", "d", 100)  # predicted 2 s > 1.5 s
     assert shed.value.status_code == 503
     assert shed.value.code == "gateway_saturated"
-    assert shed.value.retry_after_s == pytest.approx(2.0)  # the predicted wait: by then the turns ahead have started
-    assert shed.value.headers() == {"Retry-After": "2", "retry-after-ms": "2000"}
+    # Its start comes after c's (1 s from now) and one turn start more; it is told to come back half the bound before.
+    assert shed.value.retry_after_s == pytest.approx(1.25)
+    assert shed.value.headers() == {"Retry-After": "2", "retry-after-ms": "1250"}
     assert gate.stats()["shed_503"] == 1
     assert (gate.active, gate.waiting) == (1, 1)  # nothing already accepted was dropped
 
@@ -386,9 +387,8 @@ async def test_shed_turns_are_told_to_come_back_one_turn_start_apart() -> None:
         with pytest.raises(Saturated) as shed:
             await gate.enter("t", session, 100)
         waits.append(shed.value.retry_after_s)
-    # d no sooner than its predicted wait (2 s); e and f after it, a start apart (each also predicted 2 s, and more
-    # with d's return counted ahead: 3 s, then 4 s).
-    assert waits == pytest.approx([2.0, 3.0, 4.0])
+    # d's start after c's, e's after d's, f's after e's, a start apart; each told to come back 0.75 s before it.
+    assert waits == pytest.approx([1.25, 2.25, 3.25])
     assert len(gate.calendar) == 3
     assert gate.stats()["shed_503"] == 3
 
@@ -404,17 +404,41 @@ async def test_returns_promised_within_the_bound_count_as_queued_ahead() -> None
     for label in ("c", "d", "e"):  # predicted 1, 2 and 3 s: queued
         await starts.queue(label, "t", label)
     with pytest.raises(Saturated) as shed:
-        await gate.enter("t", "f", 100)  # 4 s: shed, back in 4 s
-    assert shed.value.retry_after_s == pytest.approx(4.0)
+        await gate.enter("t", "f", 100)  # 4 s: shed
+    # Its start after e's (3 s from now) and one more, less half the bound: back in 2.25 s, within the bound.
+    assert shed.value.retry_after_s == pytest.approx(2.25)
     starts.tasks["d"].cancel()  # d's client went away: two turns wait
     await asyncio.sleep(0)
     assert gate.waiting == 2
-    clock.now += 1.0  # f is due back within the bound now
     # A new turn would wait for c and e and itself: 3 s, within the bound; with f counted ahead, 4 s: shed.
     assert gate.predicted_wait_s("t", 10**9, 10**9) == pytest.approx(3.0)
     with pytest.raises(Saturated):
         await gate.enter("t", "g", 100)
     assert gate.waiting == 2
+
+
+async def test_turns_queued_and_returns_promised_take_the_same_starts() -> None:
+    """A queue built before the first refusal drains: a return is told to come after it, not only a start after
+    the last return promised, and a turn that still queues (another tenant's, predicted a short wait) pushes the
+    returns on."""
+    clock = Clock()
+    gate = admission(clock, max_active=1, max_wait_s=2.0)
+    starts = Starts(gate)
+    for label in ("a", "b", "c", "d", "e", "f"):  # a runs; before any turn ended nothing is shed: 5 queue
+        await starts.queue(label, "t", label)
+    clock.now += 1.0
+    await starts.release("a")  # 1 s a turn; b starts, four wait
+    assert gate.waiting == 4
+    with pytest.raises(Saturated) as first:
+        await gate.enter("t", "g", 100)
+    # After the four queued (4 s) and its own start, less half the bound.
+    assert first.value.retry_after_s == pytest.approx(4.0)
+    await starts.queue("light", "u", "light")  # the other tenant: one of t's turns, then it (2 s): queued
+    assert gate.waiting == 5
+    with pytest.raises(RateLimited) as second:  # t holds 5 of the 6 turns now, over its half
+        await gate.enter("t", "h", 100)
+    # One start after g's, and one more for the turn that queued meanwhile.
+    assert second.value.retry_after_s == pytest.approx(first.value.retry_after_s + 2.0)
 
 
 async def test_a_session_back_early_is_told_again_and_keeps_its_place() -> None:
@@ -425,13 +449,13 @@ async def test_a_session_back_early_is_told_again_and_keeps_its_place() -> None:
         await gate.enter("t", "d", 100)
     with pytest.raises(Saturated) as later:
         await gate.enter("t", "e", 100)
-    assert (first.value.retry_after_s, later.value.retry_after_s) == pytest.approx((2.0, 3.0))
+    assert (first.value.retry_after_s, later.value.retry_after_s) == pytest.approx((1.25, 2.25))
     clock.now += 0.5
     with pytest.raises(Saturated) as early:  # d half a second in: the rest of its wait, the same return time
         await gate.enter("t", "d", 100)
-    assert early.value.retry_after_s == pytest.approx(1.5)
+    assert early.value.retry_after_s == pytest.approx(0.75)
     assert len(gate.calendar) == 2  # no new promise: e's return is still a second after d's
-    clock.now += 1.5
+    clock.now += 0.75
     await starts.queue("d-on-time", "t", "d")  # on time: queued, though the queue is as long as it was
     assert gate.waiting == 2
     assert len(gate.calendar) == 1
@@ -443,27 +467,31 @@ async def test_a_return_time_is_forgotten_once_twice_the_bound_and_a_second_over
     assert isinstance(clock, Clock)
     with pytest.raises(Saturated) as shed:
         await gate.enter("t", "d", 100)
-    assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 1
+    assert gate.calendar.due_before(clock.now, clock.now + 10.0, "t") == 1
     clock.now += shed.value.retry_after_s + 3.9
-    assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 1
+    assert gate.calendar.due_before(clock.now, clock.now + 10.0, "t") == 1
     clock.now += 0.2
-    assert gate.calendar.due_before(clock.now, clock.now + 10.0) == 0
+    assert gate.calendar.due_before(clock.now, clock.now + 10.0, "t") == 0
     # d comes back far too late: a first try again, shed as any other would be.
     with pytest.raises(Saturated):
         await gate.enter("t", "d", 100)
 
 
 def test_the_calendar_spaces_promises_and_forgets_stale_ones() -> None:
-    calendar = RetryCalendar(grace_s=1.0)
-    first = calendar.promise(10.0, 0.5)
-    second = calendar.promise(9.0, 0.5)  # asked earlier than the last: after it, half a second on
-    third = calendar.promise(20.0, 0.5)  # asked later than the next free time: when asked
-    assert (first.due, second.due, third.due) == (10.0, 10.5, 20.0)
-    assert calendar.due_before(0.0, 10.5) == 2
+    calendar = RetryCalendar(grace_s=1.0, cushion_s=0.5)
+    calendar.book(0.0, 1.0, 0.0)  # a turn queued: it starts by 1
+    first = calendar.promise(0.0, 1.0, 0.0, "t")  # starts by 2: back half a second before
+    second = calendar.promise(0.0, 1.0, 0.0, "t")
+    third = calendar.promise(0.0, 1.0, 10.0, "t")  # the real queue drains in 10 s: after it
+    assert (first.due, second.due, third.due) == (1.5, 2.5, 10.5)
+    assert calendar.promise(50.0, 1.0, 0.0, "u").due == 50.5  # long idle: from now; another tenant's
+    assert calendar.due_before(0.0, 2.5, "t") == 2
+    assert calendar.due_before(0.0, 100.0, "u") == 1
     calendar.redeem(first)
     calendar.redeem(first)  # twice: no harm
-    assert calendar.due_before(0.0, 10.5) == 1
-    assert calendar.expected(second, 11.5)
-    assert not calendar.expected(second, 11.6)
-    assert calendar.due_before(11.6, 30.0) == 1  # second forgotten, third left
-    assert len(calendar) == 1
+    assert calendar.due_before(0.0, 2.5, "t") == 1
+    assert calendar.expected(second, 3.5)
+    assert not calendar.expected(second, 3.6)
+    assert calendar.due_before(3.6, 30.0, "t") == 1  # second forgotten, third left
+    assert calendar.expected_count(3.6) == 2  # and u's
+    assert calendar.horizon_s(3.6) == pytest.approx(46.9)

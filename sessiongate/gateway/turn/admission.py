@@ -105,8 +105,11 @@ class FairAdmission:
         self.shed_counts = {429: 0, 503: 0}
         self.started = 0
         # A promise is forgotten twice the bound after its time, and a second more: a client that reads only
-        # `Retry-After`, in whole seconds, comes back up to a second late.
-        self.calendar = RetryCalendar(grace_s=2 * config.max_wait_s + 1.0)
+        # `Retry-After`, in whole seconds, comes back up to a second late. A return finds half the bound ahead of it.
+        self.calendar = RetryCalendar(grace_s=2 * config.max_wait_s + 1.0, cushion_s=config.max_wait_s / 2)
+        self.start_rate: float | None = None  # turns started a second while turns waited, recently
+        self._rate_at = self._epoch
+        self._rate_started = 0
 
     # --- the turn's side -------------------------------------------------------------------------------------
 
@@ -136,12 +139,13 @@ class FairAdmission:
             return self._start(tenant, tenant_id, session, session_id, cost, now)
         waiter = Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
         decision = None if on_time else self.shed_decision(tenant_id, tag, waiter.seq, now)
-        if decision is not None:
-            # A return time from the calendar: no sooner than the predicted wait, one per turn start at the recent
-            # rate after the returns already promised.
-            interval = (self.mean_active_s or 0.0) / max(self._limit, 1)
-            promise = session.promise = self.calendar.promise(now + decision.predicted_wait_s, interval)
-            raise self._shed(dataclasses.replace(decision, retry_after_s=promise.due - now))
+        if decision is not None or not on_time:
+            per_start = self.per_start_s()
+            if decision is not None:
+                promise = self.calendar.promise(now, per_start, self.waiting * per_start, tenant_id)
+                session.promise = promise
+                raise self._shed(dataclasses.replace(decision, retry_after_s=promise.due - now))
+            self.calendar.book(now, per_start, self.waiting * per_start)
         self._charge(tenant, session, cost, scale)
         self._enqueue(tenant, session, waiter)
         future = waiter.future = asyncio.get_running_loop().create_future()
@@ -183,11 +187,18 @@ class FairAdmission:
         """The decision for a turn of `tenant_id` with start tag `tag` that cannot start at once (None: queue it)."""
         if not self.config.max_wait_s or self.mean_active_s is None:
             return None
-        promised = self.calendar.due_before(now, now + self.config.max_wait_s)
+        promised = self.calendar.due_before(now, now + self.config.max_wait_s, tenant_id)
         predicted = self.predicted_wait_s(tenant_id, tag, seq, promised=promised)
         if predicted <= self.config.max_wait_s:
             return None
         return ShedDecision(predicted, self.config.max_wait_s, self._over_share(tenant_id), predicted)
+
+    def per_start_s(self) -> float:
+        """Seconds between turn starts at saturation: the mean active time over the limit, or the measured rate's
+        interval when longer (the mean lags when turns slow down, and a limit lowered under the active turns starts
+        none until they are fewer)."""
+        by_mean = (self.mean_active_s or 0.0) / max(self._limit, 1)
+        return max(by_mean, 1.0 / self.start_rate) if self.start_rate else by_mean
 
     def _shed(self, decision: ShedDecision) -> Exception:
         self.shed_counts[429 if decision.over_share else 503] += 1
@@ -362,6 +373,12 @@ class FairAdmission:
                 return tenant.queue[0][2]
 
     def _maintain(self, now: float) -> None:
+        if now - self._rate_at >= 1.0:
+            if self.waiting:  # saturated (by the end of the window, at least): the starts are what it serves
+                sample = (self.started - self._rate_started) / (now - self._rate_at)
+                rate = self.start_rate
+                self.start_rate = sample if rate is None else rate + 0.3 * (sample - rate)
+            self._rate_at, self._rate_started = now, self.started
         if now - self._last_sweep >= self.config.half_life_s:
             self._sweep(now)
         if (now - self._epoch) / self.config.half_life_s > _RENORMALISE_AFTER_HALF_LIVES:
@@ -410,7 +427,7 @@ class FairAdmission:
     def returns(self) -> tuple[int, float]:
         """Shed turns told to come back and still expected, and how far ahead the last of them is due."""
         now = self._clock()
-        return self.calendar.due_before(now, math.inf), self.calendar.horizon_s(now)
+        return self.calendar.expected_count(now), self.calendar.horizon_s(now)
 
     def stats(self) -> dict[str, float | int]:
         promised, horizon = self.returns()
