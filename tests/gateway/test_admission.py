@@ -418,8 +418,8 @@ async def test_returns_promised_within_the_bound_count_as_queued_ahead() -> None
 
 
 async def test_turns_queued_and_returns_promised_take_the_same_starts() -> None:
-    """A queue built before the first refusal drains: a return is told to come after it, not only a start after
-    the last return promised, and a turn that still queues (another tenant's, predicted a short wait) pushes the
+    """A return is told to come after the real queue and the returns already promised: a queue built before the
+    first refusal drains, and a turn that still queues (another tenant's, predicted a short wait) pushes the
     returns on."""
     clock = Clock()
     gate = admission(clock, max_active=1, max_wait_s=2.0)
@@ -479,19 +479,20 @@ async def test_a_return_time_is_forgotten_once_twice_the_bound_and_a_second_over
 
 def test_the_calendar_spaces_promises_and_forgets_stale_ones() -> None:
     calendar = RetryCalendar(grace_s=1.0, cushion_s=0.5)
-    calendar.book(0.0, 1.0, 0.0)  # a turn queued: it starts by 1
-    first = calendar.promise(0.0, 1.0, 0.0, "t")  # starts by 2: back half a second before
-    second = calendar.promise(0.0, 1.0, 0.0, "t")
-    third = calendar.promise(0.0, 1.0, 10.0, "t")  # the real queue drains in 10 s: after it
-    assert (first.due, second.due, third.due) == (1.5, 2.5, 10.5)
-    assert calendar.promise(50.0, 1.0, 0.0, "u").due == 50.5  # long idle: from now; another tenant's
+    first = calendar.promise(0.0, 1.0, 1, "t")  # after one waiting turn, its start by 2: back half a second before
+    second = calendar.promise(0.0, 1.0, 1, "t")  # and the first's return
+    third = calendar.promise(0.0, 1.0, 9, "t")  # the queue grew: after it
+    assert (first.due, second.due, third.due) == (1.5, 2.5, 11.5)
     assert calendar.due_before(0.0, 2.5, "t") == 2
-    assert calendar.due_before(0.0, 100.0, "u") == 1
     calendar.redeem(first)
     calendar.redeem(first)  # twice: no harm
     assert calendar.due_before(0.0, 2.5, "t") == 1
     assert calendar.expected(second, 3.5)
     assert not calendar.expected(second, 3.6)
     assert calendar.due_before(3.6, 30.0, "t") == 1  # second forgotten, third left
-    assert calendar.expected_count(3.6) == 2  # and u's
-    assert calendar.horizon_s(3.6) == pytest.approx(46.9)
+    assert calendar.horizon_s(3.6) == pytest.approx(7.9)
+    assert calendar.promise(50.0, 1.0, 0, "u").due == 50.5  # long after: third forgotten, from now
+    assert calendar.expected_count(50.0) == 1
+    calendar.sweep(50.0)
+    assert calendar.due_before(50.0, 100.0, "t") == 0
+    assert calendar.due_before(50.0, 100.0, "u") == 1

@@ -139,13 +139,9 @@ class FairAdmission:
             return self._start(tenant, tenant_id, session, session_id, cost, now)
         waiter = Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
         decision = None if on_time else self.shed_decision(tenant_id, tag, waiter.seq, now)
-        if decision is not None or not on_time:
-            per_start = self.per_start_s()
-            if decision is not None:
-                promise = self.calendar.promise(now, per_start, self.waiting * per_start, tenant_id)
-                session.promise = promise
-                raise self._shed(dataclasses.replace(decision, retry_after_s=promise.due - now))
-            self.calendar.book(now, per_start, self.waiting * per_start)
+        if decision is not None:
+            promise = session.promise = self.calendar.promise(now, self.per_start_s(), self.waiting, tenant_id)
+            raise self._shed(dataclasses.replace(decision, retry_after_s=promise.due - now))
         self._charge(tenant, session, cost, scale)
         self._enqueue(tenant, session, waiter)
         future = waiter.future = asyncio.get_running_loop().create_future()
@@ -392,6 +388,7 @@ class FairAdmission:
         floor = self._scale(now)
         tenants = self._tenants
         calendar = self.calendar
+        calendar.sweep(now)
         for sid in [
             s
             for s, e in self._sessions.items()
