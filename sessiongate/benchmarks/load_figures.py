@@ -1,14 +1,16 @@
-"""The load test's figures, from what its client recorded: percentiles, per-session service shares, and memory.
+"""The load test's figures, from what its client recorded: percentiles, per-session service shares, and memory; and
+from the gateway's own histogram, how long admitted turns waited in its queue.
 
 Pure functions of lists, so they are tested without a gateway (`tests/benchmarks/test_load_figures.py`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 
-__all__ = ["fairness", "percentiles", "rss_figures"]
+__all__ = ["fairness", "percentiles", "queue_waits", "rss_figures"]
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -65,3 +67,19 @@ def rss_figures(samples: Sequence[tuple[float, float]], *, sessions: int, warmup
         "growth_after_warmup_mb": end - warm,
         "mb_per_1000_sessions": (warm - start) / max(sessions / 1000, 1e-9),
     }
+
+
+def queue_waits(before: dict[float, float], after: dict[float, float], bound_s: float) -> dict[str, float]:
+    """From two readings of the gateway's `sessiongate_admission_wait_seconds` buckets ({upper bound: turns that
+    waited at most that, cumulative}, +Inf as `math.inf`): the turns admitted between them, the bucket bounds their
+    p50 and p99 waits fall under, and the share that waited no more than `bound_s` (a bucket's edge)."""
+    counts = {edge: after[edge] - before.get(edge, 0.0) for edge in sorted(after)}
+    total = counts.get(math.inf, 0.0)
+    if total <= 0:
+        return {}
+
+    def under(q: float) -> float:
+        return next(edge for edge, n in counts.items() if n >= q * total)
+
+    within = max((n for edge, n in counts.items() if edge <= bound_s), default=0.0)
+    return {"admitted": total, "p50_under_s": under(0.5), "p99_under_s": under(0.99), "within_bound": within / total}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from sessiongate.benchmarks.load_figures import fairness, percentiles, rss_figures
+from sessiongate.benchmarks.load_figures import fairness, percentiles, queue_waits, rss_figures
 
 
 def test_percentiles_of_nothing_and_of_a_hundred() -> None:
@@ -29,3 +31,13 @@ def test_rss_after_warmup_growth_and_per_thousand_sessions() -> None:
     assert figures["growth_after_warmup_mb"] == pytest.approx(0.5)
     assert figures["mb_per_1000_sessions"] == pytest.approx(5.0)
     assert figures["max_mb"] == 151.0
+
+
+def test_queue_waits_between_two_readings_of_the_gateways_histogram() -> None:
+    before = {0.1: 10.0, 1.0: 10.0, 2.0: 10.0, 4.0: 10.0, math.inf: 10.0}  # the warm-up's ten
+    # Since: 50 within 0.1 s, 40 more within 1 s, 8 more within 2 s, 2 within 4 s.
+    after = {0.1: 60.0, 1.0: 100.0, 2.0: 108.0, 4.0: 110.0, math.inf: 110.0}
+    figures = queue_waits(before, after, bound_s=2.0)
+    assert figures == {"admitted": 100.0, "p50_under_s": 0.1, "p99_under_s": 4.0, "within_bound": 0.98}
+    assert queue_waits(before, before, bound_s=2.0) == {}  # nothing admitted between them
+    assert queue_waits({}, {}, bound_s=2.0) == {}  # a gateway without the histogram

@@ -19,5 +19,8 @@ def test_short_load_loses_nothing(tmp_path: Path) -> None:
     assert report.latency_ms["p99"] > 0
     assert report.rss_mb
     assert report.shed == {}  # 30 sessions are far from the admission's bound
+    # The gateway's own queue-wait histogram, read after the warm-up and at the end: every turn within the bound.
+    assert report.queue_wait["admitted"] > 0
+    assert report.queue_wait["within_bound"] == 1.0
     assert report.fairness_turns["min_share_of_fair"] > 0
     assert report.rss["end_mb"] > 0

@@ -496,3 +496,16 @@ def test_the_calendar_spaces_promises_and_forgets_stale_ones() -> None:
     calendar.sweep(50.0)
     assert calendar.due_before(50.0, 100.0, "t") == 0
     assert calendar.due_before(50.0, 100.0, "u") == 1
+
+
+async def test_admitted_turns_waits_are_counted_in_buckets() -> None:
+    clock = Clock()
+    gate = admission(clock, max_active=1)
+    starts = Starts(gate)
+    await starts.queue("a", "t", "a")  # at once: no wait
+    await starts.queue("b", "t", "b")
+    clock.now += 1.5
+    await starts.release("a")  # b starts after 1.5 s
+    cumulative = dict(gate.waits.cumulative())
+    assert (cumulative["0.005"], cumulative["1.0"], cumulative["2.0"], cumulative["+Inf"]) == (1, 1, 2, 2)
+    assert gate.waits.total_s == pytest.approx(1.5)

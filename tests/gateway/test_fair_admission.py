@@ -138,6 +138,7 @@ async def test_a_shed_turn_gets_503_with_retry_after_and_leaves_nothing_stored(t
         assert 'sessiongate_admission_shed_total{status="503"} 2.0' in metrics
         assert "sessiongate_admission_waiting 0.0" in metrics
         assert "sessiongate_admission_returns_promised 1.0" in metrics  # the responses turn never came back
+        assert "sessiongate_admission_wait_seconds_count 3.0" in metrics  # warm, holder and the retry: admitted
 
 
 async def test_a_tenant_over_its_share_gets_429_and_the_other_503(tmp_path: Path) -> None:

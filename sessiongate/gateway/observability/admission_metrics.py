@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sessiongate.gateway.turn.admission import FairAdmission
@@ -54,7 +54,12 @@ class AdmissionCollector(Collector):
             "How far ahead the last promised return is: about the wait a turn shed now is told.",
         )
         ahead.add_metric([], horizon)
-        figures: list[Metric] = [active, waiting, started, shed, mean, limit, returns, ahead]
+        waits = HistogramMetricFamily(
+            "sessiongate_admission_wait_seconds",
+            "How long admitted chat turns waited in the fair queue (0 for a turn that started at once).",
+        )
+        waits.add_metric([], gate.waits.cumulative(), gate.waits.total_s)
+        figures: list[Metric] = [active, waiting, started, shed, mean, limit, returns, ahead, waits]
         if self.limiter is not None:
             lag = GaugeMetricFamily(
                 "sessiongate_event_loop_lag_seconds", "How late the gateway's event loop runs a due timer, recently."

@@ -56,6 +56,7 @@ from .admission_parts import (
     ShedDecision,
     TenantRecord,
     Waiter,
+    WaitHistogram,
     estimate_cost,
 )
 from .retry_calendar import RetryCalendar
@@ -104,6 +105,7 @@ class FairAdmission:
         self.mean_cost: float | None = None  # tokens a turn used, recently
         self.shed_counts = {429: 0, 503: 0}
         self.started = 0
+        self.waits = WaitHistogram()
         # A promise is forgotten twice the bound after its time, and a second more: a client that reads only
         # `Retry-After`, in whole seconds, comes back up to a second late. A return finds half the bound ahead of it.
         self.calendar = RetryCalendar(grace_s=2 * config.max_wait_s + 1.0, cushion_s=config.max_wait_s / 2)
@@ -246,6 +248,7 @@ class FairAdmission:
         session.active += 1
         self.active += 1
         self.started += 1
+        self.waits.observe(0.0)
         tenant.served += cost * self._scale(now)
         return FairSlot(self._release, tenant_id, session_id, cost, now, now)
 
@@ -347,6 +350,7 @@ class FairAdmission:
             tenant.active += 1
             self.active += 1
             self.started += 1
+            self.waits.observe(now - waiter.enqueued_at)
             tenant.served += waiter.cost * self._scale(now)
             tenant.virtual = max(tenant.virtual, waiter.tag)
             if tenant.waiting:

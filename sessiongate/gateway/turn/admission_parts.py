@@ -13,6 +13,8 @@ share of the turns in the gateway (active and waiting), else 503 `gateway_satura
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,7 +22,16 @@ from sessiongate.gateway.errors import RateLimited, Saturated
 
 from .retry_calendar import Promise
 
-__all__ = ["AdmissionConfig", "FairSlot", "SessionRecord", "ShedDecision", "TenantRecord", "Waiter", "estimate_cost"]
+__all__ = [
+    "AdmissionConfig",
+    "FairSlot",
+    "SessionRecord",
+    "ShedDecision",
+    "TenantRecord",
+    "WaitHistogram",
+    "Waiter",
+    "estimate_cost",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +73,28 @@ def estimate_cost(body_bytes: int, max_tokens: int | None) -> int:
     """A turn's tokens before the worker reports them: about 4 bytes of JSON a prompt token, plus the answer's
     limit (256 when the request sets none)."""
     return body_bytes // 4 + (max_tokens or 256)
+
+
+class WaitHistogram:
+    """How long admitted turns waited in the queue (0 for a turn that started at once), in Prometheus's cumulative
+    buckets: the bound the queue sheds at is kept or not by these waits."""
+
+    BUCKETS_S = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0, 64.0)
+
+    __slots__ = ("counts", "total_s")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(self.BUCKETS_S) + 1)  # per bucket, not cumulative; the last is past every bound
+        self.total_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(self.BUCKETS_S, seconds)] += 1
+        self.total_s += seconds
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """(upper bound, turns that waited at most that), ending with "+Inf": a Prometheus histogram's buckets."""
+        edges = [*(str(bound) for bound in self.BUCKETS_S), "+Inf"]
+        return list(zip(edges, itertools.accumulate(float(n) for n in self.counts), strict=True))
 
 
 class SessionRecord:
