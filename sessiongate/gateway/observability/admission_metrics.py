@@ -43,6 +43,11 @@ class AdmissionCollector(Collector):
             "Chat turns allowed in their active phase now: the configured maximum, or less while the event loop lags.",
         )
         limit.add_metric([], gate.limit)
+        interval = GaugeMetricFamily(
+            "sessiongate_admission_start_interval_seconds",
+            "Seconds between turn starts at saturation, as the queue predicts waits and spaces returns with them.",
+        )
+        interval.add_metric([], gate.per_start_s())
         promised, horizon = gate.returns()
         returns = GaugeMetricFamily(
             "sessiongate_admission_returns_promised",
@@ -59,7 +64,7 @@ class AdmissionCollector(Collector):
             "How long admitted chat turns waited in the fair queue (0 for a turn that started at once).",
         )
         waits.add_metric([], gate.waits.cumulative(), gate.waits.total_s)
-        figures: list[Metric] = [active, waiting, started, shed, mean, limit, returns, ahead, waits]
+        figures: list[Metric] = [active, waiting, started, shed, mean, limit, interval, returns, ahead, waits]
         if self.limiter is not None:
             lag = GaugeMetricFamily(
                 "sessiongate_event_loop_lag_seconds", "How late the gateway's event loop runs a due timer, recently."

@@ -75,6 +75,9 @@ TAG_SPAN_TURNS = 2.0
 # A shed turn's session back this much before its return time is told again (a client that waits as told is late,
 # never early: the time is counted from the refusal, before the answer reaches it).
 RETURN_EARLY_S = 0.1
+# The share of the sustained start rate that promised returns may take (`returns_per_s`): the rest absorbs the
+# rate's swings and the turns that still queue.
+RETURNS_SHARE_OF_RATE = 0.9
 
 
 class FairAdmission:
@@ -110,6 +113,8 @@ class FairAdmission:
         # `Retry-After`, in whole seconds, comes back up to a second late. A return finds half the bound ahead of it.
         self.calendar = RetryCalendar(grace_s=2 * config.max_wait_s + 1.0, cushion_s=config.max_wait_s / 2)
         self.start_rate: float | None = None  # turns started a second while turns waited, recently
+        # The same over half a minute or so: returns are promised that far ahead, at a rate they will still find.
+        self.sustained_rate: float | None = None
         self._rate_at = self._epoch
         self._rate_started = 0
 
@@ -142,7 +147,9 @@ class FairAdmission:
         waiter = Waiter(tenant_id, session_id, cost, tag, next(self._seq), now)
         decision = None if on_time else self.shed_decision(tenant_id, tag, waiter.seq, now)
         if decision is not None:
-            promise = session.promise = self.calendar.promise(now, self.per_start_s(), self.waiting, tenant_id)
+            promise = session.promise = self.calendar.promise(
+                now, self.per_start_s(), self.waiting, tenant_id, returns_per_s=self.returns_per_s()
+            )
             raise self._shed(dataclasses.replace(decision, retry_after_s=promise.due - now))
         self._charge(tenant, session, cost, scale)
         self._enqueue(tenant, session, waiter)
@@ -186,7 +193,9 @@ class FairAdmission:
         if not self.config.max_wait_s or self.mean_active_s is None:
             return None
         promised = self.calendar.due_before(now, now + self.config.max_wait_s, tenant_id)
-        predicted = self.predicted_wait_s(tenant_id, tag, seq, promised=promised)
+        # With returns due within the bound, a turn light enough to go ahead of the queue would still push every
+        # turn queued and every return back, past the bound: it is admitted only if the whole queue drains in time.
+        predicted = self.predicted_wait_s(tenant_id, math.inf if promised else tag, seq, promised=promised)
         if predicted <= self.config.max_wait_s:
             return None
         return ShedDecision(predicted, self.config.max_wait_s, self._over_share(tenant_id), predicted)
@@ -197,6 +206,15 @@ class FairAdmission:
         none until they are fewer)."""
         by_mean = (self.mean_active_s or 0.0) / max(self._limit, 1)
         return max(by_mean, 1.0 / self.start_rate) if self.start_rate else by_mean
+
+    def returns_per_s(self) -> float | None:
+        """How many promised returns a second the calendar may place: nine tenths of the start rate, as the queue
+        predicts it (`per_start_s`) or over half a minute, whichever is less (None before it is measured). Returns
+        placed at the rate of the last second or two, half a minute ahead, came due when the gateway served less."""
+        per_start = self.per_start_s()
+        if not self.sustained_rate or per_start <= 0:
+            return None
+        return RETURNS_SHARE_OF_RATE * min(1.0 / per_start, self.sustained_rate)
 
     def _shed(self, decision: ShedDecision) -> Exception:
         self.shed_counts[429 if decision.over_share else 503] += 1
@@ -216,7 +234,7 @@ class FairAdmission:
             if other_id != tenant_id:
                 other = self._tenants[other_id]
                 others += min(other.waiting, rounds * other.weight)
-        return (own + others + promised + 1) * self.mean_active_s / self._limit
+        return (own + others + promised + 1) * self.per_start_s()
 
     def _over_share(self, tenant_id: str) -> bool:
         tenant = self._tenants.get(tenant_id)
@@ -376,8 +394,9 @@ class FairAdmission:
         if now - self._rate_at >= 1.0:
             if self.waiting:  # saturated (by the end of the window, at least): the starts are what it serves
                 sample = (self.started - self._rate_started) / (now - self._rate_at)
-                rate = self.start_rate
+                rate, sustained = self.start_rate, self.sustained_rate
                 self.start_rate = sample if rate is None else rate + 0.3 * (sample - rate)
+                self.sustained_rate = sample if sustained is None else sustained + 0.05 * (sample - sustained)
             self._rate_at, self._rate_started = now, self.started
         if now - self._last_sweep >= self.config.half_life_s:
             self._sweep(now)

@@ -7,14 +7,20 @@ refused again they all queued: at 10,000 sessions (docs/benchmarks.md, "The cycl
 waited 11-14 s against a 2 s bound. Refusing the second tries as well kept the wait lower but tripled the refusals
 (every session retried every few seconds) and served 14% fewer turns.
 
-So a shed turn is told to come back when the turns now waiting and every return already promised would have
-started, and its own start after them, less `cushion_s` (a little work left ahead of it, so that the workers do not
-wait on a late client), at `per_start` (the time the gateway takes to start a turn at its recent rate) a start. The
-figures are taken as they are at each refusal: a turn that queued meanwhile (a session light enough to be predicted
-a short wait) pushes the next returns on, and so does a queue built before the first refusal. A return time kept by
-adding up starts instead, one per refusal, drifted from the real queue: the turns queued while the rate was unknown
-were never in it, the returns then filled every start, and that queue never drained (measured: 6-10 s of waiting at
-10,000 sessions).
+So a shed turn is told to come back at the first time by which the turns now waiting, the returns promised before
+that time, and its own start would have started, less `cushion_s` (a little work left ahead of it, so that the
+workers do not wait on a late client): a waiting turn takes one turn start (`per_start`, the time the gateway takes
+to start a turn at its recent rate), a return one start at the rate returns may take (`returns_per_s`, a little
+below the rate sustained: `FairAdmission.returns_per_s`). Returns then come no faster than that, whatever the queue
+did when each was promised; a turn that queued meanwhile (a session light enough to be predicted a short wait) moves
+the next returns on, and a gap a short queue left is filled. Time is cut into `SLOT_S` slots that count the returns
+due in them, so the time is found in one pass over the slots ahead.
+
+Three simpler rules were measured and dropped (10,000 sessions, 2 s bound; a simulation of the queue with a closed
+loop of clients): adding up starts, one per refusal, drifted from the real queue (turns queued before the rate was
+known were never in it; a 6-10 s queue never drained); a time from the queue and every return outstanding made the
+queue swing between 0.2 and 8 s (a long queue sent its refusals far out, a short one brought the next ones in early,
+on top of them); slots filled at the rate of the last second or two came due when the gateway served less.
 
 Returns promised within the bound also count as turns of their tenant already queued when a new turn of that tenant
 has its wait predicted, so other sessions' first tries do not take the room kept for them (another tenant's returns
@@ -29,15 +35,19 @@ import math
 __all__ = ["Promise", "RetryCalendar"]
 
 
+SLOT_S = 0.25
+
+
 class Promise:
-    """A shed turn's return time (`due`, on the queue's clock), for a turn of `tenant_id`; `seq` tells apart promises
-    due at the same time."""
+    """A shed turn's return time (`due`, on the queue's clock) in its calendar slot, for a turn of `tenant_id`; `seq`
+    tells apart promises due at the same time."""
 
-    __slots__ = ("due", "seq", "tenant_id")
+    __slots__ = ("due", "seq", "slot", "tenant_id")
 
-    def __init__(self, due: float, seq: int, tenant_id: str) -> None:
+    def __init__(self, due: float, seq: int, slot: int, tenant_id: str) -> None:
         self.due = due
         self.seq = seq
+        self.slot = slot
         self.tenant_id = tenant_id
 
 
@@ -45,6 +55,8 @@ class RetryCalendar:
     def __init__(self, grace_s: float, cushion_s: float) -> None:
         self.grace_s = grace_s
         self.cushion_s = cushion_s
+        self._slots: dict[int, int] = {}  # slot -> returns due in it and still expected
+        self._oldest_slot: int | None = None
         # The (due, seq) of the promises still expected, sorted: all of them, and per tenant (a return queues in its
         # tenant's lane). A tenant's list is cut when it is read or swept (`sweep`).
         self._dues: list[tuple[float, int]] = []
@@ -55,13 +67,28 @@ class RetryCalendar:
     def __len__(self) -> int:
         return len(self._dues)
 
-    def promise(self, now: float, per_start: float, waiting: int, tenant_id: str) -> Promise:
-        """A shed turn's return time: `cushion_s` before its own start, after the `waiting` turns and the returns
-        still expected."""
-        ahead = waiting + self.expected_count(now)
-        due = max(now + (ahead + 1) * max(per_start, 0.0) - self.cushion_s, now)
+    def promise(
+        self, now: float, per_start: float, waiting: int, tenant_id: str, *, returns_per_s: float | None = None
+    ) -> Promise:
+        """A shed turn's return time (module docstring): after the `waiting` turns, the returns due before it (one
+        per `1 / returns_per_s`, or per `per_start` when no rate is given) and its own start, less `cushion_s`."""
+        self.expected_count(now)  # forgets the promises past
+        per_start = max(per_start, 0.0)
+        per_return = 1.0 / returns_per_s if returns_per_s else per_start
+        base = now + (waiting + 1) * per_start - self.cushion_s
+        slot = math.floor(max(base, now) / SLOT_S)
+        ahead = bisect.bisect_left(self._dues, (slot * SLOT_S, -1))  # returns due before the slot
+        while True:
+            ahead += self._slots.get(slot, 0)  # this slot's too: they may be due before the time found in it
+            due = max(slot * SLOT_S, base + ahead * per_return, now)
+            if due < (slot + 1) * SLOT_S:
+                break
+            slot += 1
+        self._slots[slot] = self._slots.get(slot, 0) + 1
+        if self._oldest_slot is None or slot < self._oldest_slot:
+            self._oldest_slot = slot
         self._last_due = max(self._last_due, due)
-        promise = Promise(due, next(self._seq), tenant_id)
+        promise = Promise(due, next(self._seq), slot, tenant_id)
         bisect.insort(self._dues, (due, promise.seq))
         bisect.insort(self._by_tenant.setdefault(tenant_id, []), (due, promise.seq))
         return promise
@@ -69,7 +96,12 @@ class RetryCalendar:
     def redeem(self, promise: Promise) -> None:
         """The promised turn came back (or its session was forgotten): it no longer holds a place."""
         entry = (promise.due, promise.seq)
-        _remove(self._dues, entry)
+        if _remove(self._dues, entry):  # back, it is one of the turns waiting now: no longer a return ahead
+            left = self._slots.get(promise.slot, 0) - 1
+            if left > 0:
+                self._slots[promise.slot] = left
+            else:
+                self._slots.pop(promise.slot, None)
         dues = self._by_tenant.get(promise.tenant_id)
         if dues is not None:
             _remove(dues, entry)
@@ -77,8 +109,17 @@ class RetryCalendar:
                 del self._by_tenant[promise.tenant_id]
 
     def expected_count(self, now: float) -> int:
-        """The promises still expected at `now` (those more than `grace_s` overdue are forgotten)."""
-        _cut(self._dues, now - self.grace_s)
+        """The promises still expected at `now` (those more than `grace_s` overdue are forgotten, and their slots
+        with them)."""
+        before = now - self.grace_s
+        _cut(self._dues, before)
+        if self._oldest_slot is not None:
+            last_stale = math.floor(before / SLOT_S) - 1  # every promise in it is due before `before`
+            while self._oldest_slot <= last_stale and self._slots:
+                self._slots.pop(self._oldest_slot, None)
+                self._oldest_slot += 1
+            if not self._slots:
+                self._oldest_slot = None
         return len(self._dues)
 
     def due_before(self, now: float, horizon: float, tenant_id: str) -> int:
@@ -106,10 +147,12 @@ class RetryCalendar:
         return now - promise.due <= self.grace_s
 
 
-def _remove(dues: list[tuple[float, int]], entry: tuple[float, int]) -> None:
+def _remove(dues: list[tuple[float, int]], entry: tuple[float, int]) -> bool:
     index = bisect.bisect_left(dues, entry)
     if index < len(dues) and dues[index] == entry:
         del dues[index]
+        return True
+    return False
 
 
 def _cut(dues: list[tuple[float, int]], before: float) -> int:

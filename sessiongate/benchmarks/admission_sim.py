@@ -1,0 +1,173 @@
+"""The fair queue's overload behaviour alone: a closed loop of sessions against the real `FairAdmission` on a
+simulated clock, in seconds of CPU.
+
+The load test (`load_test`) measures the whole gateway, where the queue's own logic is one effect among the event
+loop's lag, the store and the client's lateness. Here every turn holds its slot for a service time (the active
+limit over the capacity, times a log-normal factor with `--jitter`; the capacity swings by `--swing` every five
+seconds), sessions think for exponential times (mean `--think-time`), and a shed turn comes back when its
+`Retry-After` says (plus up to `--late` seconds). The figures are the admitted turns' waits in the queue after the
+warm-up, against the bound, and the throughput against the capacity.
+
+    python -m sessiongate.benchmarks.admission_sim --sessions 10000 --capacity 150 --duration 200
+    python -m sessiongate.benchmarks.admission_sim --jitter 0.5 --late 0.3 --swing 0.3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import itertools
+import random
+from dataclasses import dataclass
+
+from sessiongate.gateway.errors import RateLimited, Saturated
+from sessiongate.gateway.turn.admission import AdmissionConfig, FairAdmission, FairSlot
+
+from .load_figures import percentiles
+
+__all__ = ["SimConfig", "SimResult", "simulate"]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    sessions: int = 10_000
+    limit: int = 256
+    capacity: float = 150.0  # turns a second the simulated gateway serves
+    think_time_s: float = 20.0
+    bound_s: float = 2.0
+    duration_s: float = 200.0
+    warmup_s: float = 80.0
+    jitter: float = 0.0  # sigma of the service time's log-normal factor
+    late_s: float = 0.0  # a shed turn comes back up to this much after its Retry-After
+    swing: float = 0.0  # the capacity is (1 +- swing) times itself, alternating every five seconds
+    seed: int = 0
+
+
+@dataclass
+class SimResult:
+    admitted: int
+    sheds: int
+    throughput: float
+    waits_s: dict[str, float]
+    within_bound: float
+
+    def summary(self, config: SimConfig) -> str:
+        waits = self.waits_s
+        return (
+            f"{config.sessions} sessions, capacity {config.capacity:g}/s, bound {config.bound_s:g} s: admitted"
+            f" {self.admitted} after the warm-up, {self.throughput:.0f} turns/s; shed {self.sheds}; queue wait s p50"
+            f" {waits.get('p50', 0):.2f} p99 {waits.get('p99', 0):.2f} max {waits.get('max', 0):.2f};"
+            f" {self.within_bound:.1%} within the bound"
+        )
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _simulate(config: SimConfig) -> SimResult:
+    rng = random.Random(config.seed)
+    clock = _Clock()
+    gate = FairAdmission(
+        AdmissionConfig(max_active=config.limit, max_wait_s=config.bound_s, half_life_s=30.0), clock=clock
+    )
+    service_s = config.limit / config.capacity
+    events: list[tuple[float, int, str, int, FairSlot | None]] = []
+    order = itertools.count()
+
+    def at(when: float, kind: str, session: int, slot: FairSlot | None = None) -> None:
+        heapq.heappush(events, (when, next(order), kind, session, slot))
+
+    def service() -> float:
+        phase = 1.0 + config.swing * (1 if int(clock.now / 5) % 2 else -1)
+        return service_s * rng.lognormvariate(0.0, config.jitter) * phase
+
+    for session in range(config.sessions):
+        at(rng.expovariate(1 / config.think_time_s), "arrive", session)
+    queued: dict[asyncio.Task[FairSlot], tuple[int, float]] = {}
+    waits: list[float] = []
+    sheds = 0
+
+    def started() -> None:
+        for task, (session, arrived) in list(queued.items()):
+            if task.done():
+                del queued[task]
+                if arrived >= config.warmup_s:
+                    waits.append(clock.now - arrived)
+                at(clock.now + service(), "end", session, task.result())
+
+    while events and events[0][0] < config.duration_s:
+        clock.now, _, kind, session, slot = heapq.heappop(events)
+        if kind == "arrive":
+            task = asyncio.ensure_future(gate.enter("tenant", f"s{session}", 300))
+            for _ in range(3):  # let the task run to its wait or its end
+                await asyncio.sleep(0)
+            if task.done() and isinstance(task.exception(), RateLimited | Saturated):
+                sheds += 1
+                error = task.exception()
+                assert isinstance(error, RateLimited | Saturated)
+                at(clock.now + error.retry_after_s + rng.uniform(0.0, config.late_s), "arrive", session)
+                continue
+            queued[task] = (session, clock.now)
+        else:
+            assert slot is not None
+            slot.release(300)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            at(clock.now + rng.expovariate(1 / config.think_time_s), "arrive", session)
+        started()
+    for task in queued:
+        task.cancel()
+    measured = max(config.duration_s - config.warmup_s, 1e-9)
+    return SimResult(
+        admitted=len(waits),
+        sheds=sheds,
+        throughput=len(waits) / measured,
+        waits_s=percentiles(waits),
+        within_bound=sum(1 for wait in waits if wait <= config.bound_s) / max(len(waits), 1),
+    )
+
+
+def simulate(config: SimConfig) -> SimResult:
+    return asyncio.run(_simulate(config))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    defaults = SimConfig()
+    parser.add_argument("--sessions", type=int, default=defaults.sessions)
+    parser.add_argument("--limit", type=int, default=defaults.limit)
+    parser.add_argument("--capacity", type=float, default=defaults.capacity)
+    parser.add_argument("--think-time", type=float, default=defaults.think_time_s)
+    parser.add_argument("--bound", type=float, default=defaults.bound_s)
+    parser.add_argument("--duration", type=float, default=defaults.duration_s)
+    parser.add_argument("--warmup", type=float, default=defaults.warmup_s)
+    parser.add_argument("--jitter", type=float, default=defaults.jitter)
+    parser.add_argument("--late", type=float, default=defaults.late_s)
+    parser.add_argument("--swing", type=float, default=defaults.swing)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    args = parser.parse_args(argv)
+    config = SimConfig(
+        sessions=args.sessions,
+        limit=args.limit,
+        capacity=args.capacity,
+        think_time_s=args.think_time,
+        bound_s=args.bound,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        jitter=args.jitter,
+        late_s=args.late,
+        swing=args.swing,
+        seed=args.seed,
+    )
+    print(simulate(config).summary(config))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
