@@ -24,15 +24,16 @@ than their tenant's virtual time (a new session would get the same tag), are for
 follows the sessions active lately.
 
 A turn predicted to wait past `max_wait_s` is refused at once (`admission_parts.ShedDecision`: 429 or 503) and told
-when to come back (`retry_calendar`: return times spaced by what the gateway serves). Its session's next turn, back
-on time, queues whatever its predicted wait: a session is never shed twice in a row (which sessions meet a long
-queue is chance, and a shed session waits out its `Retry-After` while the others cycle: shed again and again, one
-fell to a quarter of its fair share); back early, it is told again, keeping its place. A turn already queued is
-never dropped, and a turn that was its session's only one when
-it came and has waited twice the bound starts ahead of the order (the oldest first): sessions coming back from a
-pause enter at the virtual time and could otherwise hold back a turn tagged just past it for as long as they keep
-coming. A session's further turns (a flood) get no such start: when they did, the flood's turns came in that way and
-took 8 times their share.
+when to come back (`retry_calendar`: return times spaced by what the gateway serves); while returns are due within
+the bound, a new turn is predicted behind its tenant's whole queue, not only the turns its tag puts ahead (admitted
+ahead of them, it would push every queued turn and every return past the bound). Its session's next turn, back on
+time, queues whatever its predicted wait: a session is never shed twice in a row (which sessions meet a long queue
+is chance, and a shed session waits out its `Retry-After` while the others cycle: shed again and again, one fell to
+a quarter of its fair share); back early, it is told again, keeping its place. A turn already queued is never
+dropped, and a turn that was its session's only one when it came and has waited twice the bound starts ahead of the
+order (the oldest first): sessions coming back from a pause enter at the virtual time and could otherwise hold back
+a turn tagged just past it for as long as they keep coming. A session's further turns (a flood) get no such start:
+when they did, the flood's turns came in that way and took 8 times their share.
 
 Advisory prefetches never pass here (the advisor sends them itself): they hold no slot, stand ahead of no turn.
 Value types (a turn's `FairSlot` among them) and per-session records: `admission_parts`."""
