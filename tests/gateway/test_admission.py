@@ -498,6 +498,8 @@ def test_the_calendar_spaces_promises_and_forgets_stale_ones() -> None:
     calendar.sweep(50.0)
     assert calendar.due_before(50.0, 100.0, "t") == 0
     assert calendar.due_before(50.0, 100.0, "u") == 1
+    assert calendar.expected_count(10**7) == 0  # a long idle: everything forgotten, the slots too
+    assert calendar.promise(10**7, 1.0, 0, "t").due == 10**7 + 0.5
 
 
 async def test_admitted_turns_waits_are_counted_in_buckets() -> None:

@@ -115,6 +115,9 @@ class RetryCalendar:
         _cut(self._dues, before)
         if self._oldest_slot is not None:
             last_stale = math.floor(before / SLOT_S) - 1  # every promise in it is due before `before`
+            if last_stale - self._oldest_slot > len(self._slots):  # long idle: fewer slots than steps to them
+                self._slots = {slot: n for slot, n in self._slots.items() if slot > last_stale}
+                self._oldest_slot = last_stale + 1
             while self._oldest_slot <= last_stale and self._slots:
                 self._slots.pop(self._oldest_slot, None)
                 self._oldest_slot += 1
