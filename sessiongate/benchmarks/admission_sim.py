@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import heapq
 import itertools
 import random
@@ -137,34 +138,17 @@ def simulate(config: SimConfig) -> SimResult:
     return asyncio.run(_simulate(config))
 
 
+def _flag(field: str) -> str:
+    return "--" + field.removesuffix("_s").replace("_", "-")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     defaults = SimConfig()
-    parser.add_argument("--sessions", type=int, default=defaults.sessions)
-    parser.add_argument("--limit", type=int, default=defaults.limit)
-    parser.add_argument("--capacity", type=float, default=defaults.capacity)
-    parser.add_argument("--think-time", type=float, default=defaults.think_time_s)
-    parser.add_argument("--bound", type=float, default=defaults.bound_s)
-    parser.add_argument("--duration", type=float, default=defaults.duration_s)
-    parser.add_argument("--warmup", type=float, default=defaults.warmup_s)
-    parser.add_argument("--jitter", type=float, default=defaults.jitter)
-    parser.add_argument("--late", type=float, default=defaults.late_s)
-    parser.add_argument("--swing", type=float, default=defaults.swing)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    args = parser.parse_args(argv)
-    config = SimConfig(
-        sessions=args.sessions,
-        limit=args.limit,
-        capacity=args.capacity,
-        think_time_s=args.think_time,
-        bound_s=args.bound,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
-        jitter=args.jitter,
-        late_s=args.late,
-        swing=args.swing,
-        seed=args.seed,
-    )
+    for field in dataclasses.fields(SimConfig):  # one flag a field: --think-time for think_time_s, ...
+        default = getattr(defaults, field.name)
+        parser.add_argument(_flag(field.name), dest=field.name, type=type(default), default=default)
+    config = SimConfig(**vars(parser.parse_args(argv)))
     print(simulate(config).summary(config))
     return 0
 

@@ -4,10 +4,10 @@ session, tenant and waiting turn.
 
 A turn that cannot start at once has a predicted wait: the turns that would start before it (its tenant's
 waiting turns with a smaller tag, what the other waiting tenants start meanwhile by weight, and the shed turns
-promised to come back within the bound) times the recent mean active time, over `max_active`. Past `max_wait_s`
-the turn is refused at once (`ShedDecision`): 429 `fair_share_exceeded` when its tenant holds more than its weighted
-share of the turns in the gateway (active and waiting), else 503 `gateway_saturated`, both with `Retry-After` (and
-`retry-after-ms`): the return time the `retry_calendar` gave it, no sooner than its predicted wait.
+promised to come back within the bound) times the time between turn starts (`FairAdmission.per_start_s`). Past
+`max_wait_s` the turn is refused at once (`ShedDecision`): 429 `fair_share_exceeded` when its tenant holds more than
+its weighted share of the turns in the gateway (active and waiting), else 503 `gateway_saturated`, both with
+`Retry-After` (and `retry-after-ms`): the return time the `retry_calendar` gave it.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ class ShedDecision:
     predicted_wait_s: float
     max_wait_s: float
     over_share: bool
-    # When to come back: the calendar's return time, never sooner than the predicted wait (by then the turns ahead
-    # have started; the excess over the bound alone brought 10,000 sessions back every second).
+    # When to come back: the calendar's return time (the excess over the bound alone brought 10,000 sessions back
+    # every second; each turn's own predicted wait, all of them within seconds of each other).
     retry_after_s: float
 
     def error(self) -> RateLimited | Saturated:

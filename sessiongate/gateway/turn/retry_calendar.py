@@ -13,8 +13,8 @@ workers do not wait on a late client): a waiting turn takes one turn start (`per
 to start a turn at its recent rate), a return one start at the rate returns may take (`returns_per_s`, a little
 below the rate sustained: `FairAdmission.returns_per_s`). Returns then come no faster than that, whatever the queue
 did when each was promised; a turn that queued meanwhile (a session light enough to be predicted a short wait) moves
-the next returns on, and a gap a short queue left is filled. Time is cut into `SLOT_S` slots that count the returns
-due in them, so the time is found in one pass over the slots ahead.
+the next returns on, and a gap a short queue left is filled. The time is found stepping through `SLOT_S` slots
+ahead, counting the returns due before each slot's end.
 
 Three simpler rules were measured and dropped (10,000 sessions, 2 s bound; a simulation of the queue with a closed
 loop of clients): adding up starts, one per refusal, drifted from the real queue (turns queued before the rate was
@@ -39,15 +39,14 @@ SLOT_S = 0.25
 
 
 class Promise:
-    """A shed turn's return time (`due`, on the queue's clock) in its calendar slot, for a turn of `tenant_id`; `seq`
-    tells apart promises due at the same time."""
+    """A shed turn's return time (`due`, on the queue's clock), for a turn of `tenant_id`; `seq` tells apart promises
+    due at the same time."""
 
-    __slots__ = ("due", "seq", "slot", "tenant_id")
+    __slots__ = ("due", "seq", "tenant_id")
 
-    def __init__(self, due: float, seq: int, slot: int, tenant_id: str) -> None:
+    def __init__(self, due: float, seq: int, tenant_id: str) -> None:
         self.due = due
         self.seq = seq
-        self.slot = slot
         self.tenant_id = tenant_id
 
 
@@ -55,13 +54,10 @@ class RetryCalendar:
     def __init__(self, grace_s: float, cushion_s: float) -> None:
         self.grace_s = grace_s
         self.cushion_s = cushion_s
-        self._slots: dict[int, int] = {}  # slot -> returns due in it and still expected
-        self._oldest_slot: int | None = None
         # The (due, seq) of the promises still expected, sorted: all of them, and per tenant (a return queues in its
         # tenant's lane). A tenant's list is cut when it is read or swept (`sweep`).
         self._dues: list[tuple[float, int]] = []
         self._by_tenant: dict[str, list[tuple[float, int]]] = {}
-        self._last_due = -math.inf
         self._seq = itertools.count()
 
     def __len__(self) -> int:
@@ -77,31 +73,23 @@ class RetryCalendar:
         per_return = 1.0 / returns_per_s if returns_per_s else per_start
         base = now + (waiting + 1) * per_start - self.cushion_s
         slot = math.floor(max(base, now) / SLOT_S)
-        ahead = bisect.bisect_left(self._dues, (slot * SLOT_S, -1))  # returns due before the slot
         while True:
-            ahead += self._slots.get(slot, 0)  # this slot's too: they may be due before the time found in it
+            # The returns due before the slot ends: those in it may be due before the time found in it.
+            ahead = bisect.bisect_left(self._dues, ((slot + 1) * SLOT_S, -1))
             due = max(slot * SLOT_S, base + ahead * per_return, now)
             if due < (slot + 1) * SLOT_S:
                 break
             slot += 1
-        self._slots[slot] = self._slots.get(slot, 0) + 1
-        if self._oldest_slot is None or slot < self._oldest_slot:
-            self._oldest_slot = slot
-        self._last_due = max(self._last_due, due)
-        promise = Promise(due, next(self._seq), slot, tenant_id)
+        promise = Promise(due, next(self._seq), tenant_id)
         bisect.insort(self._dues, (due, promise.seq))
         bisect.insort(self._by_tenant.setdefault(tenant_id, []), (due, promise.seq))
         return promise
 
     def redeem(self, promise: Promise) -> None:
-        """The promised turn came back (or its session was forgotten): it no longer holds a place."""
+        """The promised turn came back (or its session was forgotten): it no longer holds a place (back, it is one of
+        the turns waiting now, no longer a return ahead)."""
         entry = (promise.due, promise.seq)
-        if _remove(self._dues, entry):  # back, it is one of the turns waiting now: no longer a return ahead
-            left = self._slots.get(promise.slot, 0) - 1
-            if left > 0:
-                self._slots[promise.slot] = left
-            else:
-                self._slots.pop(promise.slot, None)
+        _remove(self._dues, entry)
         dues = self._by_tenant.get(promise.tenant_id)
         if dues is not None:
             _remove(dues, entry)
@@ -109,20 +97,8 @@ class RetryCalendar:
                 del self._by_tenant[promise.tenant_id]
 
     def expected_count(self, now: float) -> int:
-        """The promises still expected at `now` (those more than `grace_s` overdue are forgotten, and their slots
-        with them)."""
-        before = now - self.grace_s
-        _cut(self._dues, before)
-        if self._oldest_slot is not None:
-            last_stale = math.floor(before / SLOT_S) - 1  # every promise in it is due before `before`
-            if last_stale - self._oldest_slot > len(self._slots):  # long idle: fewer slots than steps to them
-                self._slots = {slot: n for slot, n in self._slots.items() if slot > last_stale}
-                self._oldest_slot = last_stale + 1
-            while self._oldest_slot <= last_stale and self._slots:
-                self._slots.pop(self._oldest_slot, None)
-                self._oldest_slot += 1
-            if not self._slots:
-                self._oldest_slot = None
+        """The promises still expected at `now` (those more than `grace_s` overdue are forgotten)."""
+        _cut(self._dues, now - self.grace_s)
         return len(self._dues)
 
     def due_before(self, now: float, horizon: float, tenant_id: str) -> int:
@@ -143,19 +119,17 @@ class RetryCalendar:
 
     def horizon_s(self, now: float) -> float:
         """How far from `now` the last promise is due (0 when none is ahead): about what a turn shed now is told."""
-        return max(self._last_due - now, 0.0) if self._dues else 0.0
+        return max(self._dues[-1][0] - now, 0.0) if self._dues else 0.0
 
     def expected(self, promise: Promise, now: float) -> bool:
         """Whether `promise` still holds a place at `now` (not more than `grace_s` overdue)."""
         return now - promise.due <= self.grace_s
 
 
-def _remove(dues: list[tuple[float, int]], entry: tuple[float, int]) -> bool:
+def _remove(dues: list[tuple[float, int]], entry: tuple[float, int]) -> None:
     index = bisect.bisect_left(dues, entry)
     if index < len(dues) and dues[index] == entry:
         del dues[index]
-        return True
-    return False
 
 
 def _cut(dues: list[tuple[float, int]], before: float) -> int:
