@@ -34,6 +34,8 @@ class LoadReport:
     steady_latency_ms: dict[str, float] = field(default_factory=dict)
     steady_added_latency_ms: dict[str, float] = field(default_factory=dict)
     steady_added_p99_over_p50: float = 0.0
+    # The refusals sent in the steady part (those of the first seconds wait behind every session's first turn).
+    steady_shed_latency_ms: dict[str, float] = field(default_factory=dict)
     # Per session, in the steady part: tokens served
     # (usage.total_tokens) and turns answered, against the fair share (`load_figures.fairness`).
     fairness_tokens: dict[str, float] = field(default_factory=dict)
@@ -54,6 +56,7 @@ class LoadReport:
     def summary(self) -> str:
         lat, direct, added = self.latency_ms, self.direct_latency_ms, self.added_latency_ms
         config, rss, tokens = self.config, self.rss, self.fairness_tokens
+        steady_shed = self.steady_shed_latency_ms
         rows_total = sum(n for key, n in self.rows.items() if key.startswith("turns_"))
         lines = [
             f"sessions {config['sessions']}, {config['duration_s']} s, {config['workers']} fake workers,"
@@ -72,7 +75,8 @@ class LoadReport:
             *(
                 [
                     f"shed answered in ms p50 {self.shed_latency_ms['p50']:.1f} p99 {self.shed_latency_ms['p99']:.1f}"
-                    f" max {self.shed_latency_ms['max']:.1f}"
+                    f" max {self.shed_latency_ms['max']:.1f}; steady p50 {steady_shed.get('p50', 0):.1f}"
+                    f" p99 {steady_shed.get('p99', 0):.1f}"
                 ]
                 if self.shed_latency_ms
                 else []

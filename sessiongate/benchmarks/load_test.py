@@ -116,7 +116,8 @@ class _Tally:
 
     sessions: int
     started: float
-    shed_latencies: list[float] = field(default_factory=list)
+    # Each refusal: (sent at, latency ms).
+    sheds: list[tuple[float, float]] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     details: Counter[str] = field(default_factory=Counter)
     counts: Counter[str] = field(default_factory=Counter)
@@ -262,7 +263,7 @@ async def _one_turn(
                 client, url, messages, stream=stream, max_tokens=step.max_tokens, headers={"x-session-id": session_id}
             )
         except _Shed as shed:
-            tally.shed_latencies.append((time.perf_counter() - started) * 1000)
+            tally.sheds.append((started - tally.started, (time.perf_counter() - started) * 1000))
             tally.counts[f"shed_{shed.status}"] += 1
             await asyncio.sleep(min(shed.retry_after_s, max(deadline - time.monotonic(), 0.0)))
             if time.monotonic() >= deadline:
@@ -422,7 +423,7 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
     report.errors = dict(tally.errors)
     report.error_details = dict(tally.details)
     report.shed = {key: n for key, n in counts.items() if key.startswith("shed_")}
-    report.shed_latency_ms = percentiles(tally.shed_latencies)
+    report.shed_latency_ms = percentiles([latency for _, latency in tally.sheds])
     report.throughput_turns_per_s = counts["ok"] / elapsed
     report.latency_ms = percentiles([latency for _, latency, _, _ in tally.answered])
     report.client_lag_ms = percentiles(lags)
@@ -431,6 +432,7 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
     report.steady_from_s = steady_from
     report.steady_throughput_turns_per_s = len(steady) / max(elapsed - steady_from, 1e-9)
     report.steady_latency_ms = percentiles([latency for _, latency, _, _ in steady])
+    report.steady_shed_latency_ms = percentiles([latency for sent, latency in tally.sheds if sent >= steady_from])
     tokens, turns = [0] * config.sessions, [0] * config.sessions
     for _, _, index, served in steady:
         tokens[index] += served
