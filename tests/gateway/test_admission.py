@@ -219,6 +219,26 @@ async def test_predicted_wait_counts_the_turns_ahead_at_the_recent_rate() -> Non
     assert gate.predicted_wait_s("t", -1.0, 0) == pytest.approx(2.0)
 
 
+async def test_a_limit_just_lowered_does_not_stretch_the_interval_between_starts() -> None:
+    # Four turns ran side by side for 1 s each: about four starts a second at saturation. The loop-lag limiter then
+    # lowers the limit to 2 for a tick; the turns already ran at four, so the interval stays near 1/4 s (divided by
+    # the new limit it was 1/2 s, and every shed turn was told to come back twice as late as its start).
+    clock = Clock()
+    gate = admission(clock, max_active=4)
+    starts = Starts(gate)
+    for label in "abcd":
+        await starts.queue(label, "t", label)
+    clock.now += 1.0
+    for label in "abcd":
+        await starts.release(label)
+    gate.set_limit(2)
+    assert gate.mean_active_s == pytest.approx(1.0)
+    assert gate.per_start_s() == pytest.approx(0.25, rel=0.05)
+    # A limit above the concurrency the turns had (fewer turns than slots) counts: it is what saturation would run.
+    gate.set_limit(8)
+    assert gate.per_start_s() == pytest.approx(1.0 / 8)
+
+
 async def one_running_one_queued() -> tuple[FairAdmission, Starts]:
     """One slot, a mean active time of 1 s, turn b running and c queued: a new turn would wait 2 s, past the
     1.5 s bound."""

@@ -106,6 +106,7 @@ class FairAdmission:
         self._limit = config.max_active  # moved by `loop_lag.LoopLagLimiter` when one runs
         self._present_weight = 0.0  # sum of the weights of tenants with turns active or waiting
         self.mean_active_s: float | None = None
+        self.mean_concurrency: float | None = None  # turns active as each ends, recently
         self.mean_cost: float | None = None  # tokens a turn used, recently
         self.shed_counts = {429: 0, 503: 0}
         self.started = 0
@@ -202,10 +203,17 @@ class FairAdmission:
         return ShedDecision(predicted, self.config.max_wait_s, self._over_share(tenant_id), predicted)
 
     def per_start_s(self) -> float:
-        """Seconds between turn starts at saturation: the mean active time over the limit, or the measured rate's
-        interval when longer (the mean lags when turns slow down, and a limit lowered under the active turns starts
-        none until they are fewer)."""
-        by_mean = (self.mean_active_s or 0.0) / max(self._limit, 1)
+        """Seconds between turn starts at saturation: the mean active time over the turns that can be active (the
+        limit, or the mean number active as turns ended when that was more), or the measured rate's interval when
+        longer (the mean lags when turns slow down, and a limit lowered under the active turns starts none until
+        they are fewer).
+
+        Not over the limit alone: while the event loop lags (`loop_lag`) the limit moves every few ticks, and the
+        mean active time is the one the turns had at the concurrency they ran at; over a limit lowered a moment ago
+        it predicted starts twice as far apart as they came (4 ms against 2 ms), and shed turns were told to come
+        back up to twice as late as they would have started (the 2-core machine of 2026-11-28, night)."""
+        can_be_active = max(float(self._limit), self.mean_concurrency or 0.0, 1.0)
+        by_mean = (self.mean_active_s or 0.0) / can_be_active
         return max(by_mean, 1.0 / self.start_rate) if self.start_rate else by_mean
 
     def returns_per_s(self) -> float | None:
@@ -352,6 +360,10 @@ class FairAdmission:
         elapsed = max(now - started_at, 0.0)
         mean = self.mean_active_s
         self.mean_active_s = elapsed if mean is None else mean + _MEAN_WEIGHT * (elapsed - mean)
+        concurrency, now_active = self.mean_concurrency, float(self.active + 1)  # this turn was still active
+        self.mean_concurrency = (
+            now_active if concurrency is None else concurrency + _MEAN_WEIGHT * (now_active - concurrency)
+        )
         mean_cost = self.mean_cost
         self.mean_cost = float(tokens) if mean_cost is None else mean_cost + _MEAN_WEIGHT * (tokens - mean_cost)
         if tenant.waiting:
