@@ -50,6 +50,8 @@ class LoadReport:
     store_dispatch_wait_ms: dict[str, float] = field(default_factory=dict)
     # How late the client's own event loop woke from a 50 ms sleep: a latency the client measures that is its own.
     client_lag_ms: dict[str, float] = field(default_factory=dict)
+    # From a quiet client (`shed_probe`), over the steady part: how fast its refusals came, and its admitted turns.
+    shed_probe: dict[str, Any] = field(default_factory=dict)
     # The gateway's own figure of the waits in its fair queue, after the warm-up (`load_figures.queue_waits`).
     queue_wait: dict[str, float] = field(default_factory=dict)
 
@@ -94,7 +96,10 @@ class LoadReport:
                 else []
             ),
             f"client loop lag ms p50 {self.client_lag_ms.get('p50', 0):.1f} p99 {self.client_lag_ms.get('p99', 0):.1f}",
-            f"store rows: {self.rows} (turns answered ok: {self.turns_ok}, rows {rows_total})",
+            *self._probe_lines(),
+            f"store rows: {self.rows} (turns answered ok: {self.turns_ok}"
+            + (f" and the probe's {self.shed_probe['admitted']}" if self.shed_probe.get("admitted") else "")
+            + f", rows {rows_total})",
             *(
                 [
                     f"queue wait (gateway, after warm-up): p50 <= {self.queue_wait['p50_under_s']:g} s, p99 <="
@@ -112,3 +117,17 @@ class LoadReport:
             " sessions",
         ]
         return "\n".join(lines)
+
+    def _probe_lines(self) -> list[str]:
+        probe = self.shed_probe
+        if not probe:
+            return []
+        if "error" in probe:
+            return [f"shed probe: {probe['error']}"]
+        shed, lag = probe.get("shed_ms") or {}, probe.get("own_lag_ms") or {}
+        return [
+            f"shed answered to a quiet client (probe, {self.config['shed_probe_rate']:g}/s): p50"
+            f" {shed.get('p50', 0):.1f} p99 {shed.get('p99', 0):.1f} max {shed.get('max', 0):.1f} ms of"
+            f" {shed.get('n', 0):.0f} refused, {probe.get('admitted', 0)} admitted, errors {probe.get('errors') or 0};"
+            f" the probe's loop lag p99 {lag.get('p99', 0):.1f} ms"
+        ]

@@ -32,6 +32,8 @@ import asyncio
 import json
 import math
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -88,6 +90,9 @@ class LoadConfig:
     # session id): a flood from a few sessions, against which the others' shares are read.
     heavy_sessions: int = 0
     heavy_concurrency: int = 1
+    # New sessions' first turns a second from a process of their own, from the steady part on (`shed_probe`): how
+    # fast refusals reach a client that is not itself late. 0: none.
+    shed_probe_rate: float = 0.0
 
 
 # The admission's refusals (gateway/turn/admission.py); any other error status (a 503 `store_unavailable`, say)
@@ -352,6 +357,28 @@ async def _queue_waits(client: aiohttp.ClientSession, gateway_url: str, *, after
     }
 
 
+def _start_probe(gateway_url: str, config: LoadConfig, *, start_after_s: float) -> tuple[subprocess.Popen[bytes], Path]:
+    """The shed probe in its own process, over the steady part (it stops two seconds before the run, so that a turn
+    it had admitted is answered before the gateway stops)."""
+    out = Path(tempfile.mkdtemp(prefix="sessiongate-probe-")) / "probe.json"
+    command = [sys.executable, "-m", "sessiongate.benchmarks.shed_probe", "--url", gateway_url]
+    command += ["--rate", str(config.shed_probe_rate), "--start-after", str(start_after_s)]
+    command += ["--duration", str(max(config.duration_s - start_after_s - 2.0, 1.0)), "--out", str(out)]
+    return subprocess.Popen(command), out
+
+
+def _probe_figures(process: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return {"error": "the probe did not finish"}
+    if process.returncode or not out.exists():
+        return {"error": f"the probe exited with {process.returncode}"}
+    figures: dict[str, Any] = orjson.loads(out.read_bytes())
+    return figures
+
+
 async def _count_rows(database_url: str, report: LoadReport) -> None:
     """Turns by status and sessions, as the store holds them after the run (SQLite or PostgreSQL), and on SQLite the
     waits from the handler to the worker."""
@@ -395,6 +422,7 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
                 lags.append((time.perf_counter() - asleep - 0.05) * 1000)
 
         warmup = config.warmup_s if config.warmup_s is not None else config.duration_s / 4
+        probe = _start_probe(gateway.url, config, start_after_s=warmup) if config.shed_probe_rate else None
         waits_before: asyncio.Task[dict[float, float]] = asyncio.create_task(
             _queue_waits(client, gateway.url, after_s=warmup)
         )
@@ -412,6 +440,8 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
         elapsed = time.monotonic() - started
         sampler.cancel()
         prober.cancel()
+        if probe is not None:
+            report.shed_probe = _probe_figures(*probe)
         if waits_before.done() and not waits_before.exception():
             bound = float(dict(config.gateway_env).get("SESSIONGATE_ADMISSION_MAX_WAIT_S", ADMISSION_MAX_WAIT_S))
             after = await _queue_waits(client, gateway.url, after_s=0.0)
@@ -518,6 +548,9 @@ def main() -> None:
     )
     parser.add_argument("--heavy-sessions", type=int, default=0, help="sessions that keep several turns in flight")
     parser.add_argument("--heavy-concurrency", type=int, default=1, help="turns in flight per heavy session")
+    parser.add_argument(
+        "--shed-probe", type=float, default=0.0, metavar="RATE", help="new sessions' turns a second from a quiet client"
+    )
     args = parser.parse_args()
     think = args.think_time if args.think_time is not None else (20.0 if args.workload == "sharegpt" else 0.0)
     config = LoadConfig(
@@ -535,6 +568,7 @@ def main() -> None:
         gateway_env=tuple((name, value) for name, _, value in (s.partition("=") for s in args.gateway_setting)),
         heavy_sessions=args.heavy_sessions,
         heavy_concurrency=args.heavy_concurrency,
+        shed_probe_rate=args.shed_probe,
     )
     report = run_load(config)
     print(report.summary())
