@@ -6,7 +6,8 @@ loop's lag, the store and the client's lateness. Here every turn holds its slot 
 limit over the capacity, times a log-normal factor with `--jitter`; the capacity swings by `--swing` every five
 seconds), sessions think for exponential times (mean `--think-time`), and a shed turn comes back when its
 `Retry-After` says (plus up to `--late` seconds). The figures are the admitted turns' waits in the queue after the
-warm-up, against the bound, and the throughput against the capacity.
+warm-up, against the bound, the throughput against the capacity, and the turns each session started after the
+warm-up against the mean (a fairness figure for runs without think time, where every session always wants a turn).
 
     python -m sessiongate.benchmarks.admission_sim --sessions 10000 --capacity 150 --duration 200
     python -m sessiongate.benchmarks.admission_sim --jitter 0.5 --late 0.3 --swing 0.3
@@ -52,6 +53,9 @@ class SimResult:
     throughput: float
     waits_s: dict[str, float]
     within_bound: float
+    # Turns each session started after the warm-up, against the mean (`load_figures.fairness`' turn share).
+    least_share: float
+    p1_share: float
 
     def summary(self, config: SimConfig) -> str:
         waits = self.waits_s
@@ -59,7 +63,8 @@ class SimResult:
             f"{config.sessions} sessions, capacity {config.capacity:g}/s, bound {config.bound_s:g} s: admitted"
             f" {self.admitted} after the warm-up, {self.throughput:.0f} turns/s; shed {self.sheds}; queue wait s p50"
             f" {waits.get('p50', 0):.2f} p99 {waits.get('p99', 0):.2f} max {waits.get('max', 0):.2f};"
-            f" {self.within_bound:.1%} within the bound"
+            f" {self.within_bound:.1%} within the bound; turns a session: least {self.least_share:.2f} of the mean,"
+            f" p1 {self.p1_share:.2f}"
         )
 
 
@@ -92,6 +97,7 @@ async def _simulate(config: SimConfig) -> SimResult:
         at(rng.expovariate(1 / config.think_time_s), "arrive", session)
     queued: dict[asyncio.Task[FairSlot], tuple[int, float]] = {}
     waits: list[float] = []
+    turns = [0] * config.sessions
     sheds = 0
 
     def started() -> None:
@@ -100,6 +106,8 @@ async def _simulate(config: SimConfig) -> SimResult:
                 del queued[task]
                 if arrived >= config.warmup_s:
                     waits.append(clock.now - arrived)
+                if clock.now >= config.warmup_s:
+                    turns[session] += 1
                 at(clock.now + service(), "end", session, task.result())
 
     while events and events[0][0] < config.duration_s:
@@ -125,12 +133,16 @@ async def _simulate(config: SimConfig) -> SimResult:
     for task in queued:
         task.cancel()
     measured = max(config.duration_s - config.warmup_s, 1e-9)
+    mean_turns = max(sum(turns) / len(turns), 1e-9)
+    shares = sorted(n / mean_turns for n in turns)
     return SimResult(
         admitted=len(waits),
         sheds=sheds,
         throughput=len(waits) / measured,
         waits_s=percentiles(waits),
         within_bound=sum(1 for wait in waits if wait <= config.bound_s) / max(len(waits), 1),
+        least_share=shares[0],
+        p1_share=shares[len(shares) // 100],
     )
 
 
