@@ -2,12 +2,13 @@
 simulated clock, in seconds of CPU.
 
 The load test (`load_test`) measures the whole gateway, where the queue's own logic is one effect among the event
-loop's lag, the store and the client's lateness. Here every turn holds its slot for a service time (the active
-limit over the capacity, times a log-normal factor with `--jitter`; the capacity swings by `--swing` every five
-seconds), sessions think for exponential times (mean `--think-time`), and a shed turn comes back when its
-`Retry-After` says (plus up to `--late` seconds). The figures are the admitted turns' waits in the queue after the
-warm-up, against the bound, the throughput against the capacity, and the turns each session started after the
-warm-up against the mean (a fairness figure for runs without think time, where every session always wants a turn).
+loop's lag, the store and the client's lateness. Here every turn holds its slot for a service time (the active limit
+over the capacity, times a log-normal factor with `--jitter`; the capacity swings by `--swing` every five seconds,
+and falls steadily by `--fall` of itself over the run), sessions think for exponential times (mean `--think-time`),
+and a shed turn comes back when its `Retry-After` says (plus up to `--late` seconds). The figures are the admitted
+turns' waits in the queue after the warm-up, against the bound, the throughput against the capacity, and the turns
+each session started after the warm-up against the mean (a fairness figure for runs without think time, where every
+session always wants a turn).
 
     python -m sessiongate.benchmarks.admission_sim --sessions 10000 --capacity 150 --duration 200
     python -m sessiongate.benchmarks.admission_sim --jitter 0.5 --late 0.3 --swing 0.3
@@ -43,6 +44,7 @@ class SimConfig:
     jitter: float = 0.0  # sigma of the service time's log-normal factor
     late_s: float = 0.0  # a shed turn comes back up to this much after its Retry-After
     swing: float = 0.0  # the capacity is (1 +- swing) times itself, alternating every five seconds
+    fall: float = 0.0  # the capacity falls steadily to (1 - fall) times itself by the end of the run
     seed: int = 0
 
 
@@ -91,7 +93,8 @@ async def _simulate(config: SimConfig) -> SimResult:
 
     def service() -> float:
         phase = 1.0 + config.swing * (1 if int(clock.now / 5) % 2 else -1)
-        return service_s * rng.lognormvariate(0.0, config.jitter) * phase
+        left = 1.0 - config.fall * min(clock.now / config.duration_s, 1.0)
+        return service_s * rng.lognormvariate(0.0, config.jitter) * phase / max(left, 1e-3)
 
     for session in range(config.sessions):
         at(rng.expovariate(1 / config.think_time_s), "arrive", session)

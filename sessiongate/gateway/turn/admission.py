@@ -27,13 +27,14 @@ A turn predicted to wait past `max_wait_s` is refused at once (`admission_parts.
 when to come back (`retry_calendar`: return times spaced by what the gateway serves); while returns are due within
 the bound, a new turn is predicted behind its tenant's whole queue, not only the turns its tag puts ahead (admitted
 ahead of them, it would push every queued turn and every return past the bound). Its session's next turn, back on
-time, queues whatever its predicted wait: a session is never shed twice in a row (which sessions meet a long queue
-is chance, and a shed session waits out its `Retry-After` while the others cycle: shed again and again, one fell to
-a quarter of its fair share); back early, it is told again, keeping its place. A turn already queued is never
-dropped, and a turn that was its session's only one when it came and has waited twice the bound starts ahead of the
-order (the oldest first): sessions coming back from a pause enter at the virtual time and could otherwise hold back
-a turn tagged just past it for as long as they keep coming. A session's further turns (a flood) get no such start:
-when they did, the flood's turns came in that way and took 8 times their share.
+time, queues unless its tenant's queue would hold it past 1.5 times the bound (which sessions meet a long queue is
+chance, and a shed session waits out its `Retry-After` while the others cycle: shed again and again, one fell to a
+quarter of its fair share); past that (the gateway serves less than when the return was promised) it is told again,
+ahead of the returns promised after its own; back early, it is told again, keeping its place. A turn already queued
+is never dropped, and a turn that was its session's only one when it came and has waited twice the bound starts
+ahead of the order (the oldest first): sessions coming back from a pause enter at the virtual time and could
+otherwise hold back a turn tagged just past it for as long as they keep coming. A session's further turns (a flood)
+get no such start: when they did, the flood's turns came in that way and took 8 times their share.
 
 Advisory prefetches never pass here (the advisor sends them itself): they hold no slot, stand ahead of no turn.
 Value types (a turn's `FairSlot` among them) and per-session records: `admission_parts`."""
@@ -76,6 +77,10 @@ TAG_SPAN_TURNS = 2.0
 # A shed turn's session back this much before its return time is told again (a client that waits as told is late,
 # never early: the time is counted from the refusal, before the answer reaches it).
 RETURN_EARLY_S = 0.1
+# A return on time is told again (keeping its place) only when its tenant's queue would hold it this many times the
+# bound: returns promised up to a minute ahead, at the rate of then, met a gateway serving a third of it and queued
+# 6-10 s (10,000 sessions on the 2-core AMD machine); below it a return queues, as it was promised.
+RETELL_PAST_BOUND = 1.5
 # The share of the sustained start rate that promised returns may take (`returns_per_s`): the rest absorbs the
 # rate's swings and the turns that still queue.
 RETURNS_SHARE_OF_RATE = 0.9
@@ -143,6 +148,10 @@ class FairAdmission:
         if promise is not None:
             self.calendar.redeem(promise)
             session.promise = None
+            if on_time and not free:
+                late = self._retell(tenant_id, session, now)
+                if late is not None:
+                    raise self._shed(late)
         if free:
             self._charge(tenant, session, cost, scale)
             return self._start(tenant, tenant_id, session, session_id, cost, now)
@@ -201,6 +210,19 @@ class FairAdmission:
         if predicted <= self.config.max_wait_s:
             return None
         return ShedDecision(predicted, self.config.max_wait_s, self._over_share(tenant_id), predicted)
+
+    def _retell(self, tenant_id: str, session: SessionRecord, now: float) -> ShedDecision | None:
+        """A return on time that finds its tenant's queue past `RETELL_PAST_BOUND` times the bound (the gateway
+        serves less than when the return was promised) is told again when the queue now ahead will have started,
+        less the cushion, counting no return promised after its own: it keeps its place among them. None: it queues."""
+        bound = self.config.max_wait_s
+        if not bound or self.mean_active_s is None:
+            return None
+        predicted = self.predicted_wait_s(tenant_id, math.inf, 0)  # a tag of math.inf: behind every waiting turn
+        if predicted <= RETELL_PAST_BOUND * bound:
+            return None
+        promise = session.promise = self.calendar.again(now, predicted, tenant_id)
+        return ShedDecision(predicted, bound, self._over_share(tenant_id), promise.due - now)
 
     def per_start_s(self) -> float:
         """Seconds between turn starts at saturation: the mean active time over the turns that can be active (the

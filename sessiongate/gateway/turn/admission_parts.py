@@ -102,7 +102,8 @@ class SessionRecord:
 
     def __init__(self, tenant_id: str) -> None:
         self.tenant_id = tenant_id
-        # Its last turn was shed and told to come back then: the next one, on time, queues whatever its predicted wait.
+        # Its last turn was shed and told to come back then: the next one, on time, queues unless the queue is far past
+        # the bound (`FairAdmission._retell`).
         self.promise: Promise | None = None
         self.service = 0.0  # scaled: the tokens its ended turns used (at least its tenant's virtual time, once queued)
         self.pending = 0.0  # scaled: the estimates of its turns queued or running

@@ -1,11 +1,12 @@
 """When shed turns come back: return times spaced by what the gateway serves (`admission`).
 
 A turn refused at saturation is told when to come back (`Retry-After`), and its session's next turn is not refused
-again when it comes back on time (`FairAdmission.enter`). Told only its own predicted wait, every shed turn of a
-gateway asked for twice what it serves came back within a few seconds of the others, and since none of those was
-refused again they all queued: at 10,000 sessions (docs/benchmarks.md, "The cyclic collector") the accepted turns
-waited 11-14 s against a 2 s bound. Refusing the second tries as well kept the wait lower but tripled the refusals
-(every session retried every few seconds) and served 14% fewer turns.
+again when it comes back on time (`FairAdmission.enter`), unless the queue it finds is far past the bound: then it
+is told again (`again`), ahead of the returns promised after its own. Told only its own predicted wait, every shed
+turn of a gateway asked for twice what it serves came back within a few seconds of the others, and since none of
+those was refused again they all queued: at 10,000 sessions (docs/benchmarks.md, "The cyclic collector") the
+accepted turns waited 11-14 s against a 2 s bound. Refusing the second tries as well kept the wait lower but tripled
+the refusals (every session retried every few seconds) and served 14% fewer turns.
 
 So a shed turn is told to come back at the first time by which the turns now waiting, the returns promised before
 that time, and its own start would have started, less `cushion_s` (a little work left ahead of it, so that the
@@ -83,6 +84,16 @@ class RetryCalendar:
         promise = Promise(due, next(self._seq), tenant_id)
         bisect.insort(self._dues, (due, promise.seq))
         bisect.insort(self._by_tenant.setdefault(tenant_id, []), (due, promise.seq))
+        return promise
+
+    def again(self, now: float, wait_s: float, tenant_id: str) -> Promise:
+        """A return that came on time to a queue far longer than promised, told again: back when the `wait_s` the
+        queue now holds will have passed, less `cushion_s`. No promise made after its own counts ahead of it (those
+        find the same queue and are told again behind it), so it keeps its place."""
+        self.expected_count(now)
+        promise = Promise(now + max(wait_s - self.cushion_s, 0.0), next(self._seq), tenant_id)
+        bisect.insort(self._dues, (promise.due, promise.seq))
+        bisect.insort(self._by_tenant.setdefault(tenant_id, []), (promise.due, promise.seq))
         return promise
 
     def redeem(self, promise: Promise) -> None:
