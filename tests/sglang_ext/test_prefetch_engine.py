@@ -104,6 +104,17 @@ def wait_for_pool_growth(pool: Path, before: int, timeout: float = 60.0) -> None
     assert len(list(pool.iterdir())) > before
 
 
+def wait_for_pool_quiet(pool: Path, quiet_s: float = 1.0, timeout: float = 30.0) -> None:
+    """Until no page file has come for `quiet_s`: the write-through of the last turns is done (a fixed second was
+    not always enough on a loaded 2-core machine)."""
+    deadline = time.monotonic() + timeout
+    count, changed_at = len(list(pool.iterdir())), time.monotonic()
+    while time.monotonic() - changed_at < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.1)
+        if (now := len(list(pool.iterdir()))) != count:
+            count, changed_at = now, time.monotonic()
+
+
 def load_report(client: httpx.Client) -> LoadReport:
     response = client.get(LOAD_PATH)
     assert response.status_code == 200, response.text
@@ -454,7 +465,7 @@ def test_drop_and_retain_through_http(worker_b: httpx.Client, pool_dir: Path) ->
     shared_tokens, _ = cached(chat(worker_b, second))  # what the two prompts share, in whole pages
     assert shared_tokens >= 8 * PAGE
     wait_for_pool_growth(pool_dir, files)
-    time.sleep(1.0)  # both sessions' last pages reach the pool
+    wait_for_pool_quiet(pool_dir)  # both sessions' last pages reach the pool
     first_tokens, _ = cached(chat(worker_b, first))
     second_tokens, _ = cached(chat(worker_b, second))
     assert first_tokens > shared_tokens
