@@ -15,3 +15,6 @@ done
 # the flood: 10 sessions keep 20 turns in flight each
 $LT --sessions 1000 --duration 45 --warmup 12 --heavy-sessions 10 --heavy-concurrency 20 --gateway-source /tmp/before > $R/flood-before.txt
 $LT --sessions 1000 --duration 45 --warmup 12 --heavy-sessions 10 --heavy-concurrency 20 > $R/flood-after.txt
+# the cost per turn against smg on the same machine, one run each (22:02-22:04 UTC)
+python -m sessiongate.benchmarks.router_overhead --workers 1 --concurrency 1 --no-sglang-router --no-floor > $R/router-overhead-c1.txt
+python -m sessiongate.benchmarks.router_overhead --no-sglang-router --no-floor > $R/router-overhead-c16.txt
