@@ -86,6 +86,11 @@ RETELL_PAST_BOUND = 1.5
 RETURNS_SHARE_OF_RATE = 0.9
 
 
+def _moving(mean: float | None, sample: float, weight: float) -> float:
+    """An exponential moving average: `sample` itself when there is none yet."""
+    return float(sample) if mean is None else mean + weight * (sample - mean)
+
+
 class FairAdmission:
     def __init__(
         self,
@@ -380,14 +385,9 @@ class FairAdmission:
         tenant.served = max(tenant.served + (tokens - slot.cost) * self._scale(started_at), 0.0)
         self._count_out(tenant)
         elapsed = max(now - started_at, 0.0)
-        mean = self.mean_active_s
-        self.mean_active_s = elapsed if mean is None else mean + _MEAN_WEIGHT * (elapsed - mean)
-        concurrency, now_active = self.mean_concurrency, float(self.active + 1)  # this turn was still active
-        self.mean_concurrency = (
-            now_active if concurrency is None else concurrency + _MEAN_WEIGHT * (now_active - concurrency)
-        )
-        mean_cost = self.mean_cost
-        self.mean_cost = float(tokens) if mean_cost is None else mean_cost + _MEAN_WEIGHT * (tokens - mean_cost)
+        self.mean_active_s = _moving(self.mean_active_s, elapsed, _MEAN_WEIGHT)
+        self.mean_concurrency = _moving(self.mean_concurrency, self.active + 1, _MEAN_WEIGHT)  # this turn counted
+        self.mean_cost = _moving(self.mean_cost, tokens, _MEAN_WEIGHT)
         if tenant.waiting:
             self._push(tenant_id, tenant)
         self._dispatch(now)
@@ -429,9 +429,8 @@ class FairAdmission:
         if now - self._rate_at >= 1.0:
             if self.waiting:  # saturated (by the end of the window, at least): the starts are what it serves
                 sample = (self.started - self._rate_started) / (now - self._rate_at)
-                rate, sustained = self.start_rate, self.sustained_rate
-                self.start_rate = sample if rate is None else rate + 0.3 * (sample - rate)
-                self.sustained_rate = sample if sustained is None else sustained + 0.05 * (sample - sustained)
+                self.start_rate = _moving(self.start_rate, sample, 0.3)
+                self.sustained_rate = _moving(self.sustained_rate, sample, 0.05)
             self._rate_at, self._rate_started = now, self.started
         if now - self._last_sweep >= self.config.half_life_s:
             self._sweep(now)

@@ -81,19 +81,19 @@ class RetryCalendar:
             if due < (slot + 1) * SLOT_S:
                 break
             slot += 1
-        promise = Promise(due, next(self._seq), tenant_id)
-        bisect.insort(self._dues, (due, promise.seq))
-        bisect.insort(self._by_tenant.setdefault(tenant_id, []), (due, promise.seq))
-        return promise
+        return self._hold(due, tenant_id)
 
     def again(self, now: float, wait_s: float, tenant_id: str) -> Promise:
         """A return that came on time to a queue far longer than promised, told again: back when the `wait_s` the
         queue now holds will have passed, less `cushion_s`. No promise made after its own counts ahead of it (those
         find the same queue and are told again behind it), so it keeps its place."""
         self.expected_count(now)
-        promise = Promise(now + max(wait_s - self.cushion_s, 0.0), next(self._seq), tenant_id)
-        bisect.insort(self._dues, (promise.due, promise.seq))
-        bisect.insort(self._by_tenant.setdefault(tenant_id, []), (promise.due, promise.seq))
+        return self._hold(now + max(wait_s - self.cushion_s, 0.0), tenant_id)
+
+    def _hold(self, due: float, tenant_id: str) -> Promise:
+        promise = Promise(due, next(self._seq), tenant_id)
+        bisect.insort(self._dues, (due, promise.seq))
+        bisect.insort(self._by_tenant.setdefault(tenant_id, []), (due, promise.seq))
         return promise
 
     def redeem(self, promise: Promise) -> None:
