@@ -54,6 +54,7 @@ from sessiongate.sessions import create_engine
 from .load_figures import fairness, percentiles, queue_waits, rss_figures
 from .load_report import LoadReport
 from .processes import FakeWorkerProcess, GatewayServer
+from .shed_probe import record_loop_lag
 from .workloads import SessionTrace, sharegpt_sessions
 
 __all__ = ["LoadConfig", "LoadReport", "run_load"]
@@ -414,13 +415,6 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
                 await asyncio.sleep(1.0)
 
         lags: list[float] = []
-
-        async def probe_lag() -> None:
-            while time.monotonic() < deadline:
-                asleep = time.perf_counter()
-                await asyncio.sleep(0.05)
-                lags.append((time.perf_counter() - asleep - 0.05) * 1000)
-
         warmup = config.warmup_s if config.warmup_s is not None else config.duration_s / 4
         probe = _start_probe(gateway.url, config, start_after_s=warmup) if config.shed_probe_rate else None
         waits_before: asyncio.Task[dict[float, float]] = asyncio.create_task(
@@ -428,7 +422,7 @@ async def _drive(gateway: GatewayServer, config: LoadConfig, report: LoadReport)
         )
         tally.started = time.perf_counter()
         sampler = asyncio.create_task(sample_rss())
-        prober = asyncio.create_task(probe_lag())
+        prober = asyncio.create_task(record_loop_lag(deadline, lags))
         await asyncio.gather(
             *(_session(i, client, url, config, deadline, tally, plans[i]) for i in range(config.sessions)),
             *(

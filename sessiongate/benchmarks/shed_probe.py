@@ -26,9 +26,18 @@ import orjson
 
 from .load_figures import percentiles
 
-__all__ = ["probe"]
+__all__ = ["probe", "record_loop_lag"]
 
 _SHED_STATUSES = (429, 503)
+
+
+async def record_loop_lag(deadline: float, lags_ms: list[float]) -> None:
+    """Until `deadline` (monotonic): how late this event loop wakes from a 50 ms sleep, in ms, into `lags_ms` (what of
+    the latencies a client measures is its own)."""
+    while time.monotonic() < deadline:
+        asleep = time.perf_counter()
+        await asyncio.sleep(0.05)
+        lags_ms.append((time.perf_counter() - asleep - 0.05) * 1000)
 
 
 async def probe(url: str, *, rate: float, start_after_s: float, duration_s: float) -> dict[str, Any]:
@@ -68,13 +77,7 @@ async def probe(url: str, *, rate: float, start_after_s: float, duration_s: floa
             else:
                 errors[f"status_{status}"] = errors.get(f"status_{status}", 0) + 1
 
-        async def watch_lag() -> None:
-            while time.monotonic() < deadline:
-                asleep = time.perf_counter()
-                await asyncio.sleep(0.05)
-                lags.append((time.perf_counter() - asleep - 0.05) * 1000)
-
-        watcher = asyncio.create_task(watch_lag())
+        watcher = asyncio.create_task(record_loop_lag(deadline, lags))
         tasks = []
         index = 0
         interval = 1.0 / rate
