@@ -15,7 +15,15 @@ import pytest
 from sessiongate.sglang_ext.cpu_compat import activate
 from sessiongate.sglang_ext.hardware import has_cuda
 from sessiongate.sglang_ext.ports import pick_port
-from sessiongate.sglang_ext.protocol import PREFETCH_PATH, PrefetchAccepted, PrefetchStatus
+from sessiongate.sglang_ext.protocol import (
+    LOAD_PATH,
+    PREFETCH_PATH,
+    SESSIONS_PATH,
+    KVOpResult,
+    LoadReport,
+    PrefetchAccepted,
+    PrefetchStatus,
+)
 from sessiongate.sglang_ext.tiny_model import make_model
 
 # Warnings that importing torch/transformers/SGLang raises in-process, none ours to fix: SGLang
@@ -94,6 +102,11 @@ def long_system_prompt(tag: str, facts: int = 60) -> str:
     return f"[{tag}] You are a helpful assistant.\n" + "\n".join(lines)
 
 
+def question(session: str) -> str:
+    """A user turn several pages long, so each session owns whole pages beyond the shared prompt."""
+    return " ".join(f"Session {session} asks which worker holds page {i * 11} of fact {i}." for i in range(20))
+
+
 def chat(client: httpx.Client, messages: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     """A greedy chat turn (8 tokens unless `max_tokens` says otherwise) that reports where its cached prompt
     tokens came from."""
@@ -124,3 +137,42 @@ def wait_finished(client: httpx.Client, prefetch_id: str, timeout: float = 60.0)
         if status.state not in ("queued", "running") or time.monotonic() > deadline:
             return status
         time.sleep(0.05)
+
+
+def wait_for_pool_growth(pool: Path, before: int, timeout: float = 60.0) -> None:
+    """Write-through reaches the pool directory in the background (a file per page)."""
+    deadline = time.monotonic() + timeout
+    while len(list(pool.iterdir())) <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the last pages of the context follow the first ones
+    assert len(list(pool.iterdir())) > before
+
+
+def wait_for_pool_quiet(pool: Path, quiet_s: float = 1.0, timeout: float = 30.0) -> None:
+    """Until no page file has come for `quiet_s`: the write-through of the last turns is done (a fixed second was
+    not always enough on a loaded 2-core machine)."""
+    deadline = time.monotonic() + timeout
+    count, changed_at = len(list(pool.iterdir())), time.monotonic()
+    while time.monotonic() - changed_at < quiet_s and time.monotonic() < deadline:
+        time.sleep(0.1)
+        if (now := len(list(pool.iterdir()))) != count:
+            count, changed_at = now, time.monotonic()
+
+
+def load_report(client: httpx.Client) -> LoadReport:
+    response = client.get(LOAD_PATH)
+    assert response.status_code == 200, response.text
+    return LoadReport.model_validate(response.json())
+
+
+def kv_op(client: httpx.Client, session_id: str, operation: str, **body: Any) -> KVOpResult:
+    """A session KV operation (retain, drop) on a worker, which must succeed."""
+    response = client.post(f"{SESSIONS_PATH}/{session_id}/{operation}", json=body)
+    assert response.status_code == 200, response.text
+    return KVOpResult.model_validate(response.json())
+
+
+def cached(response: dict[str, Any]) -> tuple[int, dict[str, int]]:
+    """A chat answer's cached prompt tokens, and where they came from."""
+    details: dict[str, int] = response["sglext"]["cached_tokens_details"]
+    return int(response["usage"]["prompt_tokens_details"]["cached_tokens"]), details

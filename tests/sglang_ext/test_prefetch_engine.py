@@ -25,19 +25,28 @@ from sessiongate.sglang_ext.hardware import cores_per_worker
 from sessiongate.sglang_ext.internals.no_keep import SETTLE_S
 from sessiongate.sglang_ext.launcher import WorkerConfig, WorkerProcess, start_worker
 from sessiongate.sglang_ext.protocol import (
-    LOAD_PATH,
     NO_KEEP_RID_PREFIX,
     PREFETCH_PATH,
     SESSIONS_PATH,
     ErrorResponse,
-    KVOpResult,
     LoadReport,
     PrefetchAccepted,
     PrefetchStatus,
 )
 from sessiongate.sglang_ext.worker_process import stop_all
 
-from .conftest import chat, long_system_prompt, prefetch, wait_finished
+from .conftest import (
+    cached,
+    chat,
+    kv_op,
+    load_report,
+    long_system_prompt,
+    prefetch,
+    question,
+    wait_finished,
+    wait_for_pool_growth,
+    wait_for_pool_quiet,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -93,32 +102,6 @@ def worker_a(workers: tuple[str, str]) -> Iterator[httpx.Client]:
 def worker_b(workers: tuple[str, str]) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=workers[1], timeout=120.0) as client:
         yield client
-
-
-def wait_for_pool_growth(pool: Path, before: int, timeout: float = 60.0) -> None:
-    """Write-through reaches the pool directory in the background (a file per page)."""
-    deadline = time.monotonic() + timeout
-    while len(list(pool.iterdir())) <= before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # the last pages of the context follow the first ones
-    assert len(list(pool.iterdir())) > before
-
-
-def wait_for_pool_quiet(pool: Path, quiet_s: float = 1.0, timeout: float = 30.0) -> None:
-    """Until no page file has come for `quiet_s`: the write-through of the last turns is done (a fixed second was
-    not always enough on a loaded 2-core machine)."""
-    deadline = time.monotonic() + timeout
-    count, changed_at = len(list(pool.iterdir())), time.monotonic()
-    while time.monotonic() - changed_at < quiet_s and time.monotonic() < deadline:
-        time.sleep(0.1)
-        if (now := len(list(pool.iterdir()))) != count:
-            count, changed_at = now, time.monotonic()
-
-
-def load_report(client: httpx.Client) -> LoadReport:
-    response = client.get(LOAD_PATH)
-    assert response.status_code == 200, response.text
-    return LoadReport.model_validate(response.json())
 
 
 def test_idle_load_report(worker_b: httpx.Client) -> None:
@@ -438,22 +421,6 @@ def test_request_priority_decides_what_leaves_the_device_first(worker_b: httpx.C
 # --- session KV operations and the fate of prefetched KV -----------------------------------------
 
 
-def kv_op(client: httpx.Client, session_id: str, operation: str, **body: Any) -> KVOpResult:
-    response = client.post(f"{SESSIONS_PATH}/{session_id}/{operation}", json=body)
-    assert response.status_code == 200, response.text
-    return KVOpResult.model_validate(response.json())
-
-
-def cached(answer: dict[str, Any]) -> tuple[int, dict[str, int]]:
-    details: dict[str, int] = answer["sglext"]["cached_tokens_details"]
-    return int(answer["usage"]["prompt_tokens_details"]["cached_tokens"]), details
-
-
-def question(session: str) -> str:
-    """A user turn several pages long, so each session owns whole pages beyond the shared prompt."""
-    return " ".join(f"Session {session} asks which worker holds page {i * 11} of fact {i}." for i in range(20))
-
-
 def test_drop_and_retain_through_http(worker_b: httpx.Client, pool_dir: Path) -> None:
     assert worker_b.post("/flush_cache", params={"timeout": 60}).status_code == 200
     # Both sessions fit on the device (64 pages) together: ~12 shared pages and ~11 of each.
@@ -487,9 +454,6 @@ def test_drop_and_retain_through_http(worker_b: httpx.Client, pool_dir: Path) ->
     assert again_tokens == shared_tokens  # only the prefix the other session still uses
     assert again["storage"] == 0  # nothing of its own was left in the pool either
     assert cached(chat(worker_b, second))[0] == second_tokens  # the other session lost nothing
-
-
-USER = [{"role": "user", "content": "hello"}]
 
 
 @pytest.mark.parametrize(
