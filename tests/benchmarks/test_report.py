@@ -56,3 +56,26 @@ def test_report_sets_each_hinted_system_against_the_oracle(tmp_path: Path) -> No
     section = text.split("## Hints against the oracle")[1].split("## ")[0]
     assert "| kv_aware+advisories | 8 sessions | 2.00x (67%) | 2.00x (67%) | 2.00x (67%) | 2.00x (67%) |" in section
     assert "| kv_aware+oracle | 8 sessions | 4.00x | 4.00x | 4.00x | 4.00x |" in section
+
+
+def test_report_sets_hints_on_the_dynamo_cost_router_against_that_routers_oracle(tmp_path: Path) -> None:
+    # dynamo_cost 0.1 s, with typing hints 0.08, with the oracle's 0.05: 1.25x, 40% of the oracle's 2x.
+    summaries = [
+        summarize(
+            system,
+            8,
+            "sessions",
+            [TurnRecord(system, f"s{i}", 1, 0.0, ttft, ttft + 1, 100, 10, 0, 0, 0) for i in range(10)],
+        )
+        for system, ttft in (
+            ("kv_aware", 0.2),
+            ("dynamo_cost", 0.1),
+            ("dynamo_cost+advisories", 0.08),
+            ("dynamo_cost+oracle", 0.05),
+        )
+    ]
+    text = write_report(tmp_path / "out", "Hints", summaries).read_text()
+    section = text.split("## Hints against the oracle")[1].split("## ")[0]
+    assert "| dynamo_cost+advisories | 8 sessions | 1.25x (40%) | 1.25x (40%) | 1.25x (40%) | 1.25x (40%) |" in section
+    assert "| dynamo_cost+oracle | 8 sessions | 2.00x | 2.00x | 2.00x | 2.00x |" in section
+    assert "kv_aware |" not in section  # kv_aware ran without its oracle: nothing to set it against

@@ -164,15 +164,18 @@ def _second_turn(records: list[TurnRecord]) -> TurnRecord:
     return next(r for r in records if r.turn == 1)
 
 
-def test_the_oracle_turns_a_pool_read_into_a_device_hit_and_ignores_false_and_missed_hints() -> None:
+@pytest.mark.parametrize("router", ["kv_aware", "dynamo_cost"])
+def test_the_oracle_turns_a_pool_read_into_a_device_hit_and_ignores_false_and_missed_hints(router: str) -> None:
+    """On either router: the hints ride on the policy's choices, so the oracle's ceiling is measured on top of the
+    strongest baseline's router too (dynamo_cost), not only on ours."""
     sessions = [_session("X", 0.0, (400, 1, 0.0), (20, 1, 20.0))]
     cal = dataclasses.replace(SIMPLE, device_kv_tokens=450, host_kv_tokens=450)
     # Y's 420 tokens push X out of the device and host tiers while X's user thinks: X lives in the pool.
     sessions.append(_session("Y", 5.0, (420, 1, 0.0)))
-    plain = _second_turn(simulate("kv_aware", sessions, cal, workers=1).records)
+    plain = _second_turn(simulate(router, sessions, cal, workers=1).records)
     assert plain.cached_pool == 401  # read from the pool on the critical path
     noisy = HintModel(missed_rate=1.0)  # the clients' hints would all be missed: the oracle has its own
-    oracle = simulate("kv_aware+oracle", sessions, cal, workers=1, hints=noisy)
+    oracle = simulate(f"{router}+oracle", sessions, cal, workers=1, hints=noisy)
     second = _second_turn(oracle.records)
     assert (second.cached_device, second.cached_pool) == (401, 0)
     assert oracle.advisories["used"] == 1

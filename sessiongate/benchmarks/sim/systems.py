@@ -46,6 +46,9 @@ SYSTEMS: dict[str, SystemSpec] = {
             ranked_prefetch=False,
         ),
         SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
+        SystemSpec("dynamo_cost+oracle", "dynamo_cost", host_tier=True, pool=True, advisories=True, oracle=True),
+        SystemSpec("dynamo_cost+advisories", "dynamo_cost", host_tier=True, pool=True, advisories=True),
+        SystemSpec("dynamo_cost+toolkv", "dynamo_cost", host_tier=True, pool=True, advisories=True, tool_kv=True),
         SystemSpec("kv_aware+toolkv", "kv_aware", host_tier=True, pool=True, advisories=True, tool_kv=True),
         SystemSpec(
             "kv_aware+toolkv-counts",
