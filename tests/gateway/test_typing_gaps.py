@@ -29,7 +29,26 @@ def test_the_gap_is_learnt_from_the_first_signal_and_expected_at_a_low_quantile(
     assert gaps.started("d", "t1", now=210.0) == 0.0  # overdue: expected now
     assert gaps.started("e", "t2", now=200.0) is None  # per tenant
     gaps.turn_began("never-typed", now=300.0)  # a turn with no typing signal teaches nothing
-    assert gaps.gaps.quantile("t1", 0.5) == pytest.approx(8.0)
+    assert gaps.gaps.quantile("t1\x00later", 0.5) == pytest.approx(8.0)
+
+
+def test_signals_that_came_with_the_answer_are_learnt_apart_from_those_that_came_later() -> None:
+    """A signal at the answer's end expects the turn a think time away; one that came later, a typing time
+    away. Mixed, the 25th percentile (a think time) fired the typing-time hints' prefetches seconds early."""
+    gaps = TypingGaps(quantile=0.25)
+    for i in range(4):  # with the answer: the turns came 2 s after
+        gaps.turn_ended(f"quick-{i}", now=100.0)
+        gaps.started(f"quick-{i}", "t1", now=100.5)
+        gaps.turn_began(f"quick-{i}", now=102.5)
+    for i in range(4):  # 20 s after the answer: the turns came 11 s after the signal
+        gaps.turn_ended(f"reader-{i}", now=100.0)
+        gaps.started(f"reader-{i}", "t1", now=120.0)
+        gaps.turn_began(f"reader-{i}", now=131.0)
+    gaps.turn_ended("next-quick", now=200.0)
+    assert gaps.started("next-quick", "t1", now=200.2) == pytest.approx(2.0)
+    gaps.turn_ended("next-reader", now=200.0)
+    assert gaps.started("next-reader", "t1", now=230.0) == pytest.approx(11.0)
+    assert gaps.started("no-turn-seen", "t1", now=230.0) == pytest.approx(11.0)  # a session unknown here: later
 
 
 async def _typed_turn(gw: Gateway, clock: Any, session: str, gap_s: float) -> str:

@@ -336,6 +336,8 @@ class Advisor:
         cache_details: Mapping[str, Any] | None,
         tool_names: Sequence[str] = (),
     ) -> None:
+        if self.typing_gaps is not None:
+            self.typing_gaps.turn_ended(session_id, self.clock())
         claim = self._claims.pop(turn_id, None)
         if claim is not None:
             self.act.settle(claim.advisory, settle(claim, cache_details), turn_id=turn_id, lead_s=claim.lead_s)
