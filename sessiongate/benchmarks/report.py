@@ -109,7 +109,7 @@ def _slo_section(ordered: Sequence[RunSummary], bound_s: float) -> list[str]:
 # without hints and with the oracle's, so the ceiling is measured on top of the strongest baseline's router as well
 # as ours.
 ROUTERS_WITH_HINTS = ("kv_aware", "dynamo_cost")
-HINTS = ("+advisories", "+toolkv", "+oracle")
+HINTS = ("+advisories", "+advisories-timed", "+advisories-exact", "+toolkv", "+oracle")
 ORACLE_SUFFIX = "+oracle"
 _ORACLE_METRICS: tuple[Callable[[RunSummary], float], ...] = (
     lambda r: r.ttft.mean,

@@ -87,6 +87,14 @@ class HintModel:
     false_rate: float = 0.0  # share of all hints that announce a request which does not come within ttl_s
     missed_rate: float = 0.0  # share of turns (after the first) that get no hint
     ttl_s: float = 30.0  # the gateway's advisory ttl (gateway.advisor.core.AdvisorBook.ttl_s)
+    # How much the leads vary: each hint's lead is drawn log-normal with this sigma around a mean of `lead_s` (a
+    # user types for longer or shorter); 0: every lead is `lead_s`, so a gateway that learnt it knows each turn's time.
+    lead_sigma: float = 0.0
+
+    def lead(self, rng: random.Random) -> float:
+        if self.lead_sigma <= 0.0:
+            return self.lead_s  # no draw: the hints of a run without spread stay as they were
+        return self.lead_s * math.exp(rng.gauss(0.0, self.lead_sigma) - self.lead_sigma**2 / 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,12 +353,14 @@ def scale_tokens(sessions: Iterable[SessionTrace], factor: float) -> list[Sessio
 def plan_hints(session: SessionTrace, model: HintModel, rng: random.Random) -> list[Hint]:
     """The hints a client sends for `session`, in no particular order.
 
-    Every turn after the first gets a hint `lead_s` before its request (at the previous answer's end when the gap
-    is shorter), except a `missed_rate` share drawn at random; a "user" turn's hint is a typing signal, a "tool"
-    turn's a tool signal. False hints are added so that they are `false_rate` of all hints: each is anchored at
-    the end of a turn after which no request comes within the ttl (the session's last turn always qualifies).
+    Every turn after the first gets a hint `lead_s` before its request (drawn around it with `lead_sigma`; at the
+    previous answer's end when the gap is shorter), except a `missed_rate` share drawn at random; a "user" turn's
+    hint is a typing signal, a "tool" turn's a tool signal. False hints are added so that they are `false_rate` of
+    all hints: each is anchored at the end of a turn after which no request comes within the ttl (the session's
+    last turn always qualifies).
     """
-    if not (0.0 <= model.false_rate < 1.0 and 0.0 <= model.missed_rate <= 1.0 and model.lead_s >= 0.0):
+    rates_ok = 0.0 <= model.false_rate < 1.0 and 0.0 <= model.missed_rate <= 1.0
+    if not (rates_ok and model.lead_s >= 0.0 and model.lead_sigma >= 0.0):
         raise ValueError(f"invalid hint model: {model}")
     hints: list[Hint] = []
     for k in range(1, len(session.turns)):
@@ -358,8 +368,9 @@ def plan_hints(session: SessionTrace, model: HintModel, rng: random.Random) -> l
             continue
         turn = session.turns[k]
         kind = "tool" if turn.kind == "tool" else "typing"
-        at_s = None if turn.at_s is None else turn.at_s - model.lead_s
-        hints.append(Hint(session.id, k, max(turn.gap_s - model.lead_s, 0.0), kind, None, at_s))
+        lead = model.lead(rng)
+        at_s = None if turn.at_s is None else turn.at_s - lead
+        hints.append(Hint(session.id, k, max(turn.gap_s - lead, 0.0), kind, None, at_s))
     expected_false = len(hints) * model.false_rate / (1.0 - model.false_rate)
     false_count = math.floor(expected_false) + (1 if rng.random() < expected_false % 1.0 else 0)
     if false_count:

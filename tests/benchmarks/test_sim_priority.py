@@ -160,6 +160,29 @@ def test_the_oracle_keeps_a_sessions_kv_until_its_turn_and_prefetches_it_just_in
     assert plain.cached_device < 401  # LRU let Z's admission take the older X
 
 
+def test_hints_told_their_turns_time_prefetch_just_before_it_and_timed_ones_learn_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`+advisories-exact`: the client's typing hint (11.3 s before X's turn) is told when the turn comes, so its
+    prefetch fires the oracle's lead before it, not at once; `+advisories-timed` learns the gap (here, one session
+    is too few samples: it fires at once, as the default does)."""
+    fired: list[float] = []
+    original = SimWorker.prefetch
+
+    def prefetch(worker: SimWorker, session_id: str, target: str, rank_until: float | None = None) -> PrefetchResult:
+        fired.append(worker.loop.now)
+        return original(worker, session_id, target, rank_until)
+
+    monkeypatch.setattr(SimWorker, "prefetch", prefetch)
+    sessions = [_session("X", 0.0, (400, 1, 0.0), (20, 1, 20.0))]
+    for system in ("dynamo_cost+advisories", "dynamo_cost+advisories-timed", "dynamo_cost+advisories-exact"):
+        fired.clear()
+        second = _second_turn(simulate(system, sessions, SIMPLE, workers=1).records)
+        assert len(fired) == 1, system
+        expected = second.sent_s - (oracle_lead_s(401, SIMPLE) if system.endswith("exact") else 11.3)
+        assert fired[0] == pytest.approx(expected, abs=1e-6), system
+
+
 def _second_turn(records: list[TurnRecord]) -> TurnRecord:
     return next(r for r in records if r.turn == 1)
 

@@ -14,6 +14,7 @@ from sessiongate.benchmarks.workloads import (
     HintModel,
     SessionTrace,
     TracesMissingError,
+    Turn,
     agent_sessions,
     mooncake_sessions,
     plan_hints,
@@ -136,6 +137,21 @@ def test_plan_hints_rates() -> None:
         assert anchor is not None
         # Nothing follows within the ttl: the session's last turn, or a gap longer than the hint's delay + ttl.
         assert anchor == len(session.turns) - 1 or session.turns[anchor + 1].gap_s > hint.after_prev_end_s + 30
+
+
+def test_a_lead_spread_draws_each_hints_lead_around_the_mean() -> None:
+    """With `lead_sigma` each typing lead is drawn log-normal around `lead_s` (its mean), so a gateway cannot know
+    a turn's time from its hint; with 0 every lead is `lead_s`."""
+    turns = (Turn(100, 10, 0.0, "first"), *(Turn(20, 10, 100.0, "user") for _ in range(2000)))
+    session = SessionTrace("S", "synthetic", 0.0, turns)  # gaps of 100 s: no lead is cut at the answer's end
+    spread = [100.0 - h.after_prev_end_s for h in plan_hints(session, HintModel(lead_sigma=0.5), random.Random(1))]
+    assert sum(spread) / len(spread) == pytest.approx(11.3, rel=0.05)
+    assert min(spread) < 5.0
+    assert max(spread) > 25.0
+    fixed = [100.0 - h.after_prev_end_s for h in plan_hints(session, HintModel(), random.Random(1))]
+    assert fixed == [pytest.approx(11.3)] * len(turns[1:])
+    with pytest.raises(ValueError, match="invalid hint model"):
+        plan_hints(session, HintModel(lead_sigma=-1.0), random.Random(0))
 
 
 def test_plan_hints_for_tools_and_open_loop() -> None:

@@ -92,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the pool link's rate in Gb/s (pool -> host), e.g. 100 (default: the calibration's)",
     )
     parser.add_argument("--lead", type=float, default=HintModel().lead_s)
+    parser.add_argument(
+        "--lead-sigma",
+        type=float,
+        default=HintModel().lead_sigma,
+        help="spread of each hint's lead (log-normal sigma around --lead; 0: every lead is --lead)",
+    )
     parser.add_argument("--false-rate", type=float, default=0.0)
     parser.add_argument(
         "--false-seeds", type=int, default=3, help="toolkv: samples of sessions the false-hint cost is the mean of"
@@ -138,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--result-gap takes MIN_S and at most one TAIL_MEAN_S")
     cal = _calibration(args)
     worker_counts: list[int] = args.workers or [16]
-    hints = HintModel(lead_s=args.lead, false_rate=args.false_rate, missed_rate=args.missed_rate)
+    hints = HintModel(
+        lead_s=args.lead, false_rate=args.false_rate, missed_rate=args.missed_rate, lead_sigma=args.lead_sigma
+    )
     began = time.perf_counter()
     if args.experiment is not None:
         systems = args.system if args.system != list(SYSTEMS) else None

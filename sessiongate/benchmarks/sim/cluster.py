@@ -177,7 +177,7 @@ class _Cluster:
         self.book = AdvisorBook(ttl_s=ttl_s)
         # The gateway's defaults: typing prefetches at once, or (timed) their load time before the learnt gap.
         defaults = GatewaySettings.model_fields
-        timed = defaults["advisory_typing_timed"].default
+        timed = defaults["advisory_typing_timed"].default if spec.typing_timed is None else spec.typing_timed
         self.typing_gaps = TypingGaps(defaults["advisory_typing_quantile"].default) if timed else None
         self.lead_s: float = defaults["advisory_lead_s"].default
         self.quality = HintQuality()
@@ -191,6 +191,7 @@ class _Cluster:
         self.records: list[TurnRecord] = []
         self._advisory_ids = 0
         self._last_worker: dict[str, str] = {}
+        self._arrivals: dict[tuple[str, int], float] = {}  # each turn's send time, once its previous turn ended
         self.tool_kv: SimToolKV | None = None
         cost = cal.cost_model()
         # The gateway's load-time estimate (wiring.py): it times tools' prefetches and typing hints' learnt ones.
@@ -297,6 +298,8 @@ class _Cluster:
         details: dict[str, Any] = {"device": request.device, "host": request.host, "storage": request.pool}
         if self.spec.pool:
             details["storage_backend"] = "pool"
+        if self.typing_gaps is not None:
+            self.typing_gaps.turn_ended(request.session_id, now)
         if request.error is None:
             self._last_worker[request.session_id] = request.worker
             self.belief.after_turn(
@@ -324,6 +327,8 @@ class _Cluster:
                     # the post's answer, then sends).
                     returned_at = max(now, send_at - following.result_gap_s)
                     self.loop.at(returned_at, self._tool_result, (request.session_id, returned_at - now))
+            if self.spec.hints_know_arrival:
+                self._arrivals[(request.session_id, k + 1)] = send_at
             self.loop.at(send_at, self._send, (request.session_id, k + 1))
         elif request.session_id in self.follow_ups:
             next_id, delay = self.follow_ups[request.session_id]
@@ -369,6 +374,11 @@ class _Cluster:
         if kind == "typing" and self.typing_gaps is not None:  # `Advisor.signal`'s timed typing hint
             lead_s = max(self.load_policy.lead_s(self.belief.context_tokens(session_id)), self.lead_s)
             signal = replace(signal, expected_in_s=self.typing_gaps.started(session_id, TENANT, now), lead_s=lead_s)
+        if self.spec.hints_know_arrival and hint.turn is not None:
+            arrival = self._arrivals.pop((session_id, hint.turn), None)
+            if arrival is not None:
+                tokens = self.belief.context_tokens(session_id)
+                signal = replace(signal, expected_in_s=max(arrival - now, 0.0), lead_s=oracle_lead_s(tokens, self.cal))
         expected_in_s, fire_in_s = timing(signal, self.lead_s)
         fire_at = now + fire_in_s
         advisory = self._new_advisory(

@@ -26,6 +26,12 @@ class SystemSpec:
     # The hints of a client that knows the future: every turn after the first, none false, at the ideal lead
     # (`oracle_lead_s`), always to the device (no hint-quality gate). The ceiling of what any hint can gain.
     oracle: bool = False
+    # Typing hints timed (`advisory_typing_timed`: fired the load time before the turn the gateway expects from the
+    # gaps it learnt) or at once; None: the gateway's default.
+    typing_timed: bool | None = None
+    # Each hint is told its turn's exact arrival (the client's hints, at the client's times, with the oracle's
+    # knowledge of when): what timing alone is worth, beside the oracle's placement and retention.
+    hints_know_arrival: bool = False
 
 
 SYSTEMS: dict[str, SystemSpec] = {
@@ -38,6 +44,9 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("kv_aware+advisories", "kv_aware", host_tier=True, pool=True, advisories=True),
         SystemSpec("kv_aware+oracle", "kv_aware", host_tier=True, pool=True, advisories=True, oracle=True),
         SystemSpec(
+            "kv_aware+advisories-timed", "kv_aware", host_tier=True, pool=True, advisories=True, typing_timed=True
+        ),
+        SystemSpec(
             "kv_aware+advisories-free-only",
             "kv_aware",
             host_tier=True,
@@ -48,6 +57,17 @@ SYSTEMS: dict[str, SystemSpec] = {
         SystemSpec("dynamo_cost", "dynamo_cost", host_tier=True, pool=True, advisories=False),
         SystemSpec("dynamo_cost+oracle", "dynamo_cost", host_tier=True, pool=True, advisories=True, oracle=True),
         SystemSpec("dynamo_cost+advisories", "dynamo_cost", host_tier=True, pool=True, advisories=True),
+        SystemSpec(
+            "dynamo_cost+advisories-timed", "dynamo_cost", host_tier=True, pool=True, advisories=True, typing_timed=True
+        ),
+        SystemSpec(
+            "dynamo_cost+advisories-exact",
+            "dynamo_cost",
+            host_tier=True,
+            pool=True,
+            advisories=True,
+            hints_know_arrival=True,
+        ),
         SystemSpec("dynamo_cost+toolkv", "dynamo_cost", host_tier=True, pool=True, advisories=True, tool_kv=True),
         SystemSpec("kv_aware+toolkv", "kv_aware", host_tier=True, pool=True, advisories=True, tool_kv=True),
         SystemSpec(
