@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from sessiongate.gateway.errors import RateLimited, Saturated
 from sessiongate.gateway.turn.admission import AdmissionConfig, FairAdmission, FairSlot
+from sessiongate.gateway.turn.admission_parts import TAG_SPAN_TURNS
 
 from .load_figures import percentiles
 
@@ -45,6 +46,11 @@ class SimConfig:
     late_s: float = 0.0  # a shed turn comes back up to this much after its Retry-After
     swing: float = 0.0  # the capacity is (1 +- swing) times itself, alternating every five seconds
     fall: float = 0.0  # the capacity falls steadily to (1 - fall) times itself by the end of the run
+    # 0: every turn costs 300 tokens; N: each session runs N-turn conversations (then starts over, as the load
+    # test's do), turn k costing 60 + 32 k tokens: the history it resends grows with each question and answer.
+    # The sessions start at random places in their conversations.
+    conversation_turns: int = 0
+    tag_span_turns: float = TAG_SPAN_TURNS  # the queue's (`AdmissionConfig.tag_span_turns`)
     seed: int = 0
 
 
@@ -82,7 +88,10 @@ async def _simulate(config: SimConfig) -> SimResult:
     rng = random.Random(config.seed)
     clock = _Clock()
     gate = FairAdmission(
-        AdmissionConfig(max_active=config.limit, max_wait_s=config.bound_s, half_life_s=30.0), clock=clock
+        AdmissionConfig(
+            max_active=config.limit, max_wait_s=config.bound_s, half_life_s=30.0, tag_span_turns=config.tag_span_turns
+        ),
+        clock=clock,
     )
     service_s = config.limit / config.capacity
     events: list[tuple[float, int, str, int, FairSlot | None]] = []
@@ -96,12 +105,23 @@ async def _simulate(config: SimConfig) -> SimResult:
         left = 1.0 - config.fall * min(clock.now / config.duration_s, 1.0)
         return service_s * rng.lognormvariate(0.0, config.jitter) * phase / max(left, 1e-3)
 
+    def think() -> float:  # no think time: every session always wants a turn
+        return rng.expovariate(1 / config.think_time_s) if config.think_time_s > 0 else 0.0
+
     for session in range(config.sessions):
-        at(rng.expovariate(1 / config.think_time_s), "arrive", session)
+        at(think(), "arrive", session)
     queued: dict[asyncio.Task[FairSlot], tuple[int, float]] = {}
     waits: list[float] = []
     turns = [0] * config.sessions
     sheds = 0
+    # Each session's place in its conversation, from a random one: the load test's sessions start together, but
+    # fall out of step within a few conversations.
+    sent = [rng.randrange(max(config.conversation_turns, 1)) for _ in range(config.sessions)]
+
+    def cost(session: int) -> int:
+        if not config.conversation_turns:
+            return 300
+        return 60 + 32 * (sent[session] % config.conversation_turns)
 
     def started() -> None:
         for task, (session, arrived) in list(queued.items()):
@@ -116,7 +136,7 @@ async def _simulate(config: SimConfig) -> SimResult:
     while events and events[0][0] < config.duration_s:
         clock.now, _, kind, session, slot = heapq.heappop(events)
         if kind == "arrive":
-            task = asyncio.ensure_future(gate.enter("tenant", f"s{session}", 300))
+            task = asyncio.ensure_future(gate.enter("tenant", f"s{session}", cost(session)))
             for _ in range(3):  # let the task run to its wait or its end
                 await asyncio.sleep(0)
             if task.done() and isinstance(task.exception(), RateLimited | Saturated):
@@ -128,10 +148,11 @@ async def _simulate(config: SimConfig) -> SimResult:
             queued[task] = (session, clock.now)
         else:
             assert slot is not None
-            slot.release(300)
+            slot.release(cost(session))
+            sent[session] += 1
             for _ in range(3):
                 await asyncio.sleep(0)
-            at(clock.now + rng.expovariate(1 / config.think_time_s), "arrive", session)
+            at(clock.now + think(), "arrive", session)
         started()
     for task in queued:
         task.cancel()

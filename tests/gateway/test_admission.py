@@ -123,20 +123,20 @@ async def test_a_new_session_goes_ahead_of_heavier_ones_but_not_of_turns_already
     assert starts.order == ["h1", "x1", "h2", "x2", "new", "h3"]
 
 
-async def test_a_much_heavier_session_waits_about_two_rounds_not_until_the_others_catch_up() -> None:
+async def test_a_much_heavier_session_waits_about_one_round_not_until_the_others_catch_up() -> None:
     gate = admission(Clock())
     starts = Starts(gate)
     await starts.queue("heavy-1", "t", "heavy")
     await starts.release("heavy-1", tokens=10_000)  # a hundred times a usual turn
     gate.mean_cost = 100.0  # what the usual turns used
     await starts.queue("hold", "t", "hold")
-    await starts.queue("heavy-2", "t", "heavy")  # tag: the virtual time (0) plus two mean turns, not 10,000
+    await starts.queue("heavy-2", "t", "heavy")  # tag: the virtual time (0) plus one mean turn, not 10,000
     for session in ("a", "b"):
         for k in range(1, 4):
             await starts.queue(f"{session}{k}", "t", session)  # tags 0, 100, 200
     while len(starts.order) < 9:
         await starts.release(starts.order[-1], tokens=100)
-    assert starts.order[2:] == ["a1", "b1", "a2", "b2", "heavy-2", "a3", "b3"]
+    assert starts.order[2:] == ["a1", "b1", "heavy-2", "a2", "b2", "a3", "b3"]
 
 
 async def test_tenants_share_slots_by_weight() -> None:

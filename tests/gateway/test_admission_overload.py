@@ -4,6 +4,8 @@ for about twice what the gateway serves, against the real queue on a simulated c
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sessiongate.benchmarks.admission_sim import SimConfig, simulate
@@ -44,3 +46,28 @@ def test_returns_promised_before_the_capacity_fell_are_told_again_not_queued_far
     assert result.waits_s["p99"] <= 2.5 * config.bound_s
     assert result.within_bound >= 0.2
     assert result.throughput >= 0.5 * config.capacity  # a 60% fall ends at 40% of it
+
+
+def test_with_no_think_time_a_turn_late_in_its_conversation_waits_about_one_round_behind() -> None:
+    """The load test's saturation (no think time; each session's turns resend a longer history, then it starts
+    over), with service times spread and the capacity swinging: the queue orders by tokens served, so a turn late
+    in its conversation waits behind the others' early ones. Tagged at most one mean turn past the virtual time it
+    waits about one round more; at two (the old span) the p99 of the waits was 3.2-3.3 times their p50."""
+    config = SimConfig(
+        sessions=300,
+        capacity=300.0,
+        limit=64,
+        think_time_s=0.0,
+        duration_s=40.0,
+        warmup_s=10.0,
+        conversation_turns=20,
+        jitter=0.5,
+        swing=0.3,
+    )
+    result = simulate(config)
+    two_rounds = simulate(dataclasses.replace(config, tag_span_turns=2.0))
+    assert result.sheds == 0  # every session always waiting is a full queue, not a wait past the bound
+    assert result.throughput >= 0.9 * config.capacity
+    assert result.waits_s["p99"] <= 2.5 * result.waits_s["p50"]  # 2.1-2.2 over three seeds
+    assert two_rounds.waits_s["p99"] >= 3.0 * two_rounds.waits_s["p50"]
+    assert result.least_share >= 0.85

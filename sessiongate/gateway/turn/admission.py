@@ -7,12 +7,12 @@ free slot goes, in two steps, to:
 
 1. the tenant whose attained service divided by its weight is least, among the tenants with turns waiting;
 2. within it, the waiting turn with the least start tag: its session's attained service, at least the tag of the
-   last turn the tenant started (start-time fair queueing, whose virtual time this is) and at most two mean turn
-   costs past it (`TAG_SPAN_TURNS`), plus the estimated cost of the session's turns already queued or running. So a
-   session that floods turns interleaves with the others instead of going first (each of its turns goes one cost
-   further back), one turn in flight counts against its session's next, a session that comes back after a pause
-   goes ahead of the heavier ones but not of the turns already due, and a session that used far more than the
-   others (a long agent loop) waits behind about two rounds of theirs, not until they have caught up with it.
+   last turn the tenant started (start-time fair queueing, whose virtual time this is) and at most one mean turn
+   cost past it (`AdmissionConfig.tag_span_turns`), plus the estimated cost of the session's turns already queued
+   or running. So a session that floods turns interleaves with the others instead of going first (each of its turns
+   goes one cost further back), one turn in flight counts against its session's next, a session that comes back
+   after a pause goes ahead of the heavier ones but not of the turns already due, and a session that used far more
+   than the others (a long agent loop) waits behind about one round of theirs, not until they have caught up with it.
 
 Attained service is tokens (prompt + completion, as the worker reports them): a turn counts at its estimate while
 queued or running (against its session from its arrival, its tenant from its start) and at the real figure once it
@@ -71,9 +71,6 @@ _RENORMALISE_AFTER_HALF_LIVES = 256.0
 _MAX_EXPONENT = 1000.0
 # Weight of the newest active time (and turn cost) in the means (exponential moving averages over about 50 turns).
 _MEAN_WEIGHT = 0.02
-# A new turn's tag is at most this many mean turn costs past its tenant's virtual time: a session that used much more
-# than the others waits behind about that many rounds of theirs, not until they have caught up with it.
-TAG_SPAN_TURNS = 2.0
 # A shed turn's session back this much before its return time is told again (a client that waits as told is late,
 # never early: the time is counted from the refusal, before the answer reaches it).
 RETURN_EARLY_S = 0.1
@@ -191,10 +188,10 @@ class FairAdmission:
 
     def _tag(self, tenant: TenantRecord, session: SessionRecord, scale: float) -> float:
         """A new turn's start tag: its session's service, at least the tenant's virtual time and at most
-        `TAG_SPAN_TURNS` mean turns past it, plus the estimates of its turns already queued or running."""
+        `tag_span_turns` mean turns past it, plus the estimates of its turns already queued or running."""
         base = max(session.service, tenant.virtual)
         if self.mean_cost is not None:
-            base = min(base, tenant.virtual + TAG_SPAN_TURNS * self.mean_cost * scale)
+            base = min(base, tenant.virtual + self.config.tag_span_turns * self.mean_cost * scale)
         return base + session.pending
 
     @staticmethod

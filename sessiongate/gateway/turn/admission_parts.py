@@ -23,6 +23,7 @@ from sessiongate.gateway.errors import RateLimited, Saturated
 from .retry_calendar import Promise
 
 __all__ = [
+    "TAG_SPAN_TURNS",
     "AdmissionConfig",
     "FairSlot",
     "SessionRecord",
@@ -34,15 +35,25 @@ __all__ = [
 ]
 
 
+# A new turn's start tag is at most this many mean turn costs past its tenant's virtual time: a session that
+# used much more than the others waits behind about that many rounds of theirs, not until they have caught up
+# with it. At two, turns late in a conversation (each resending a longer history) waited two rounds: with
+# service times spread and the capacity swinging, the queue's wait p99 was 3.6-3.8 times its p50, against 2.2 at
+# one, with the least session's share as high (`admission_sim --conversation-turns 20`, docs/benchmarks.md,
+# "One round behind, not two").
+TAG_SPAN_TURNS = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class AdmissionConfig:
     """`max_active`: turns in their active phase at once (0: no limit, nothing queued or shed); `max_wait_s`: the
     predicted wait past which a turn is shed (0: never); `half_life_s`: of the attained service's decay. The defaults
-    are the settings' (`GatewaySettings.admission_*`)."""
+    are the settings' (`GatewaySettings.admission_*`); `tag_span_turns` is the queue's own."""
 
     max_active: int
     max_wait_s: float
     half_life_s: float
+    tag_span_turns: float = TAG_SPAN_TURNS
 
 
 @dataclass(frozen=True, slots=True)
