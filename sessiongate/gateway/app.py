@@ -56,6 +56,7 @@ from .turn.chat import chat_completions
 from .turn.idempotency import LateWrites
 from .turn.limits import TenantLimits
 from .turn.loop_lag import LoopLagLimiter
+from .turn.prefix_breaks import PrefixBreakNotes
 from .turn.route import ChatRoute
 from .webui.page import ui_routes
 from .wiring import start_routing
@@ -212,6 +213,8 @@ def create_app(
             gateway_metrics.registry.register(StoreCollector(the_store))
             late_writes = LateWrites(retry_for_s=settings.upstream_read_timeout_s)
             stack.push_async_callback(late_writes.aclose)  # before the store closes (the stack unwinds in reverse)
+            prefix_breaks = PrefixBreakNotes()
+            stack.push_async_callback(prefix_breaks.aclose)
             state = GatewayState(
                 settings=settings,
                 http=http,
@@ -224,6 +227,7 @@ def create_app(
                 limits=limits,
                 admission=admission,
                 idempotency_writes=late_writes,
+                prefix_breaks=prefix_breaks,
                 salts=salts,
                 instance=instance,
                 run=run,

@@ -20,6 +20,7 @@ from .settings import GatewaySettings
 from .shared import SharedState
 from .turn.idempotency import LateWrites
 from .turn.limits import TenantLimits
+from .turn.prefix_breaks import PrefixBreakNotes
 from .turn.sharing import OneReplica
 from .workers.extension import ExtensionClient
 from .workers.pool import WorkerPool
@@ -52,6 +53,8 @@ class GatewayState:
     sharing: OneReplica
     # Idempotency keys' completions and releases retried after the store was unreachable (gateway/turn/idempotency.py).
     idempotency_writes: LateWrites
+    # Turns whose resent history broke the stored context, examined in the background (gateway/turn/prefix_breaks.py).
+    prefix_breaks: PrefixBreakNotes
     # This replica's name and this process's run (see `GatewaySettings.instance_id`).
     instance: str = ""
     run: str = ""

@@ -22,9 +22,10 @@ from .turn_write import statements as sql
 __all__ = ["context_turns", "fail_pending_turns", "list_turns", "turn_advisories"]
 
 
-async def context_turns(db: AsyncSession, session_id: str) -> Sequence[Row[Any]]:
-    """The ok turns from the last context reset on, in seq order, with only what the context needs."""
-    rows: Sequence[Row[Any]] = (await db.execute(sql.context_turns(session_id))).all()
+async def context_turns(db: AsyncSession, session_id: str, *, before_seq: int | None = None) -> Sequence[Row[Any]]:
+    """The ok turns from the last context reset on (of those before `before_seq`), in seq order, with only what the
+    context needs."""
+    rows: Sequence[Row[Any]] = (await db.execute(sql.context_turns(session_id, before_seq=before_seq))).all()
     return rows
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -257,7 +258,11 @@ def test_implicit_session_and_prefix_break_on_the_real_worker(gateway_url: str) 
         edited = [*history[:2], {"role": "assistant", "content": "Madrid, of course."}, history[3]]
         chat([*edited, {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": "France?"}],
              **{"x-session-id": first})  # fmt: skip
-        turns = http.get(f"/v1/sessions/{first}/turns").json()["data"]
+        for _ in range(250):  # the break is examined beside the turn: recorded a moment after its answer
+            turns = http.get(f"/v1/sessions/{first}/turns").json()["data"]
+            if turns[2]["prefix_break"] is not None:
+                break
+            time.sleep(0.02)
     assert [t["session_source"] for t in turns] == ["new", "inferred", "header"]
     assert turns[1]["usage"]["cached_tokens"] >= 64  # routed with its KV in mind: the first turn's pages hit
     found = turns[2]["prefix_break"]

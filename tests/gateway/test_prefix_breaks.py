@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -40,7 +41,16 @@ async def test_an_edited_answer_is_recorded_counted_and_listed(make_gateway: Any
         await _chat(gateway, "s-edit", edited)
         await _chat(gateway, "s-plain", [system, {"role": "user", "content": "hi"}])
 
-        turns = (await gateway.client.get("/v1/sessions/s-edit/turns")).json()["data"]
+        # Examined beside the turn, not in its path: recorded a moment after its answer.
+        async def examined() -> list[dict[str, Any]]:
+            for _ in range(250):
+                turns: list[dict[str, Any]] = (await gateway.client.get("/v1/sessions/s-edit/turns")).json()["data"]
+                if turns[2]["prefix_break"] is not None:
+                    return turns
+                await asyncio.sleep(0.02)
+            raise AssertionError("the prefix break was not recorded within 5 s")
+
+        turns = await examined()
         assert [t["prefix_break"] is None for t in turns] == [True, True, False]
         found = turns[2]["prefix_break"]
         assert (found["index"], found["kind"]) == (2, "assistant_edited")

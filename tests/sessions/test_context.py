@@ -121,6 +121,9 @@ async def test_edited_history_resets_the_context(store: SqlSessionStore) -> None
     assert (turn.input_messages, turn.context_reset) == (edited, True)
     await complete(store, turn, answer("a3"), 5)
     assert await store.session_context(session.id, tenant_id="default") == [*edited, answer("a3")]
+    # As the reset turn found it (what a prefix break examined after the turn ended compares with):
+    before = [user("q1"), answer("a1"), user("q2"), answer("a2")]
+    assert await store.session_context(session.id, tenant_id="default", before_seq=turn.seq) == before
 
     rewound = await begin(store, session.id, [user("q1, said differently")], 6)  # fewer messages than the context
     assert (rewound.input_messages, rewound.context_reset) == ([user("q1, said differently")], True)

@@ -39,7 +39,6 @@ from .context import TurnContext, fail_turn, finish_turn, now, record_failure
 from .idempotency import Claim, claim_idempotency
 from .implicit import SESSION_HEADERS, SESSION_SOURCE_KEY, infer_session
 from .limits import Admission
-from .prefix_breaks import note_prefix_break
 from .relay import StreamRelay
 
 __all__ = ["chat_completions"]
@@ -200,8 +199,7 @@ async def _chat_turn(
         raise sessions.SessionNotFound(session_id) from None
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
     trace.identify(session_id, turn.id)
-    if turn.context_reset and turn.seq > 1:
-        await note_prefix_break(state, tenant_id, session_id, turn, body["messages"])
+    state.prefix_breaks.note(state, tenant_id, session_id, turn, body["messages"])
 
     await state.sharing.before_routing(session_id)  # replicas: claim the session's advisory, read its KV belief
     reservation = state.advisor.reservation(session_id)

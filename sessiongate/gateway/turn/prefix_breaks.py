@@ -7,20 +7,35 @@ first difference (`sessions.prefix_breaks.find_break`): the turn records it (`pr
 by `min_prefix_breaks`), and `/metrics` counts it by kind (`sessiongate_prefix_breaks_total`). The read is one
 query on a turn that is about to prefill most of its prompt again anyway; a store failure here is logged, never
 shown to the client.
+
+`PrefixBreakNotes` examines them beside the turns, not in their path, a few at a time. In the turn's path, a burst
+of them (the load test's 1,000 sessions all start their conversations over within a second or two) held every
+turn of the burst behind its read and took the event loop's CPU for seconds: throughput fell from about 1,100 to
+250-480 turns/s for 3-4 s at a time, and the added latency's p99 went to 4-9 times its p50 (docs/benchmarks.md,
+"The gateway's slow seconds").
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from sessiongate import sessions
-from sessiongate.gateway.state import GatewayState
 from sessiongate.sessions.prefix_breaks import find_break
 
-__all__ = ["note_prefix_break"]
+if TYPE_CHECKING:  # the state holds the notes (`GatewayState.prefix_breaks`)
+    from sessiongate.gateway.state import GatewayState
+
+__all__ = ["PrefixBreakNotes", "note_prefix_break"]
+
+# Examined at once at most; the others wait their turn (each is one read and, for a break, one write).
+NOTES_AT_ONCE = 2
+# At shutdown, how long the examinations under way may take to finish before the rest are dropped.
+CLOSE_GRACE_S = 2.0
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +50,8 @@ async def note_prefix_break(
     if not turn.context_reset or turn.seq <= 1:
         return
     try:
-        context = await state.store.session_context(session_id, tenant_id=tenant_id)
+        # The context as the turn found it: examined in the background, the turn may have ended and moved it.
+        context = await state.store.session_context(session_id, tenant_id=tenant_id, before_seq=turn.seq)
         found = find_break(context, messages)
         if found is None:
             return
@@ -44,3 +60,51 @@ async def note_prefix_break(
         log.info("prefix_break", index=found.index, kind=found.kind, tokens_lost=found.tokens_lost)
     except sessions.StoreError as exc:
         log.warning("prefix_break_not_recorded", error=str(exc))
+
+
+class PrefixBreakNotes:
+    """The prefix breaks to examine, in the background: `note` returns at once; `aclose()` (the gateway's shutdown,
+    before the store closes) lets those under way finish for `CLOSE_GRACE_S` and drops the rest."""
+
+    def __init__(self, at_once: int = NOTES_AT_ONCE) -> None:
+        self._slots = asyncio.Semaphore(at_once)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def note(
+        self,
+        state: GatewayState,
+        tenant_id: str,
+        session_id: str,
+        turn: sessions.TurnRecord,
+        messages: Sequence[Mapping[str, Any]],
+    ) -> None:
+        if not turn.context_reset or turn.seq <= 1:
+            return
+        task = asyncio.get_running_loop().create_task(self._note(state, tenant_id, session_id, turn, messages))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _note(
+        self,
+        state: GatewayState,
+        tenant_id: str,
+        session_id: str,
+        turn: sessions.TurnRecord,
+        messages: Sequence[Mapping[str, Any]],
+    ) -> None:
+        async with self._slots:
+            await note_prefix_break(state, tenant_id, session_id, turn, messages)
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def aclose(self) -> None:
+        if not self._tasks:
+            return
+        _, late = await asyncio.wait(list(self._tasks), timeout=CLOSE_GRACE_S)
+        for task in late:
+            task.cancel()
+        for task in late:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -57,8 +57,11 @@ class SessionsStore(Protocol):
         """Delete the session with its turns, tool calls and advisories."""
         ...
 
-    async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
-        """The conversation so far, as the model saw it (see `sessions.history`)."""
+    async def session_context(
+        self, session_id: str, *, tenant_id: str, before_seq: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The conversation so far, as the model saw it (see `sessions.history`); with `before_seq`, as it was
+        before that turn (what the turn's resent history was compared with)."""
         ...
 
     async def find_extended_sessions(

@@ -84,10 +84,12 @@ class SqlSessions(StoreTransactions):
         async with self._transaction() as db:
             await session_rows.delete_session(db, session_id, tenant_id)
 
-    async def session_context(self, session_id: str, *, tenant_id: str) -> list[dict[str, Any]]:
+    async def session_context(
+        self, session_id: str, *, tenant_id: str, before_seq: int | None = None
+    ) -> list[dict[str, Any]]:
         async with self._transaction(write=False) as db:
             await session_rows.session_row(db, session_id, tenant_id)
-            return history.context_messages(await turn_rows.context_turns(db, session_id))
+            return history.context_messages(await turn_rows.context_turns(db, session_id, before_seq=before_seq))
 
     async def find_extended_sessions(
         self, *, tenant_id: str, contexts: Sequence[tuple[str, int]], limit: int = 2

@@ -197,18 +197,20 @@ RESTART_CONTEXT = (
 )
 
 
-def context_turns(session_id: str) -> Select[tuple[int, str, bool, list[Any], Any]]:
+def context_turns(session_id: str, *, before_seq: int | None = None) -> Select[tuple[int, str, bool, list[Any], Any]]:
     """The ok turns from the session's last context reset on, in seq order, with only what the context needs
-    (`history.context_messages`). Built per call, with the session's id in it: the rare out-of-order completion and
-    the API's reads of a context run it, not every turn."""
+    (`history.context_messages`); with `before_seq`, of the turns before that one only (the context that turn's
+    request was compared with, even once the turn has ended). Built per call, with the session's id in it: the rare
+    out-of-order completion, the prefix breaks and the API's reads of a context run it, not every turn."""
+    earlier = (Turn.seq < before_seq,) if before_seq is not None else ()
     last_reset = (
         select(func.coalesce(func.max(Turn.seq), 0))
-        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.context_reset.is_(True))
+        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.context_reset.is_(True), *earlier)
         .scalar_subquery()
     )
     return (
         select(Turn.seq, Turn.status, Turn.context_reset, Turn.input_messages, Turn.output_message)
-        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.seq >= last_reset)
+        .where(Turn.session_id == session_id, Turn.status == "ok", Turn.seq >= last_reset, *earlier)
         .order_by(Turn.seq)
     )
 
