@@ -63,3 +63,37 @@ async def test_an_edited_answer_is_recorded_counted_and_listed(make_gateway: Any
         listed = (await gateway.client.get("/v1/admin/sessions?min_prefix_breaks=1", headers=ADMIN)).json()["data"]
         assert [s["id"] for s in listed] == ["s-edit"]
         assert listed[0]["prefix_breaks"] == 1
+
+
+async def test_breaks_are_examined_beside_the_turn_and_past_the_backlog_only_counted(make_gateway: Any) -> None:
+    """The answer does not wait for the examination (its store read is held here until the turn has answered), and
+    past `max_pending` examinations waiting, a reset is counted as unexamined instead of queued."""
+    async with make_gateway() as gateway:
+        notes = gateway.state.prefix_breaks
+        store = gateway.state.store
+        read = store.session_context
+        release = asyncio.Event()
+
+        async def held_read(*args: Any, **kwargs: Any) -> Any:
+            await release.wait()
+            return await read(*args, **kwargs)
+
+        store.session_context = held_read  # type: ignore[method-assign]
+        notes.max_pending = 1
+        for session in ("s-a", "s-b"):
+            await _chat(gateway, session, [{"role": "user", "content": "one"}])
+            # A new start in the same session resets its context: answered while the examination's read is held.
+            await asyncio.wait_for(_chat(gateway, session, [{"role": "user", "content": "another start"}]), 5)
+        assert notes.pending == 1  # s-a's examination waits; s-b's reset found the backlog full
+        metrics = (await gateway.client.get("/metrics")).text
+        assert "sessiongate_prefix_breaks_unexamined_total 1.0" in metrics
+
+        release.set()
+        for _ in range(250):
+            if notes.pending == 0:
+                break
+            await asyncio.sleep(0.02)
+        turns = (await gateway.client.get("/v1/sessions/s-a/turns")).json()["data"]
+        assert turns[-1]["prefix_break"]["kind"] == "compaction"  # compared with the context before the reset
+        turns = (await gateway.client.get("/v1/sessions/s-b/turns")).json()["data"]
+        assert turns[-1]["prefix_break"] is None

@@ -58,6 +58,12 @@ class GatewayMetrics:
             ["kind"],
             registry=self.registry,
         )
+        self.prefix_breaks_unexamined = Counter(
+            "sessiongate_prefix_breaks_unexamined",
+            "Turns that reset their session's context and were not examined for a prefix break: more were waiting "
+            "than PrefixBreakNotes keeps (gateway/turn/prefix_breaks.py).",
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "sessiongate_worker_in_flight", "Requests in flight per worker.", ["worker"], registry=self.registry
         )

@@ -34,6 +34,8 @@ __all__ = ["PrefixBreakNotes", "note_prefix_break"]
 
 # Examined at once at most; the others wait their turn (each is one read and, for a break, one write).
 NOTES_AT_ONCE = 2
+# Waiting at most (each holds its request's messages): past it, a turn's reset is counted, not examined.
+MAX_PENDING = 1_000
 # At shutdown, how long the examinations under way may take to finish before the rest are dropped.
 CLOSE_GRACE_S = 2.0
 
@@ -63,12 +65,14 @@ async def note_prefix_break(
 
 
 class PrefixBreakNotes:
-    """The prefix breaks to examine, in the background: `note` returns at once; `aclose()` (the gateway's shutdown,
-    before the store closes) lets those under way finish for `CLOSE_GRACE_S` and drops the rest."""
+    """The prefix breaks to examine, in the background: `note` returns at once; past `max_pending` waiting, a reset
+    is counted (`sessiongate_prefix_breaks_unexamined_total`) instead; `aclose()` (the gateway's shutdown, before the
+    store closes) lets those under way finish for `CLOSE_GRACE_S` and drops the rest."""
 
-    def __init__(self, at_once: int = NOTES_AT_ONCE) -> None:
+    def __init__(self, at_once: int = NOTES_AT_ONCE, max_pending: int = MAX_PENDING) -> None:
         self._slots = asyncio.Semaphore(at_once)
         self._tasks: set[asyncio.Task[None]] = set()
+        self.max_pending = max_pending
 
     def note(
         self,
@@ -79,6 +83,9 @@ class PrefixBreakNotes:
         messages: Sequence[Mapping[str, Any]],
     ) -> None:
         if not turn.context_reset or turn.seq <= 1:
+            return
+        if len(self._tasks) >= self.max_pending:
+            state.metrics.prefix_breaks_unexamined.inc()
             return
         task = asyncio.get_running_loop().create_task(self._note(state, tenant_id, session_id, turn, messages))
         self._tasks.add(task)
