@@ -11,7 +11,7 @@ shown to the client.
 `PrefixBreakNotes` examines them beside the turns, not in their path, a few at a time. In the turn's path, a burst
 of them (the load test's 1,000 sessions all start their conversations over within a second or two) held every
 turn of the burst behind its read and took the event loop's CPU for seconds: throughput fell from about 1,100 to
-250-480 turns/s for 3-4 s at a time, and the added latency's p99 went to 4-9 times its p50 (docs/benchmarks.md,
+230-580 turns/s for 3-4 s at a time, and the added latency's p99 went to 3.6-8.7 times its p50 (docs/benchmarks.md,
 "The gateway's slow seconds").
 """
 
