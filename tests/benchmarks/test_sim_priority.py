@@ -10,10 +10,11 @@ import pytest
 from sessiongate.benchmarks.metrics import TurnRecord
 from sessiongate.benchmarks.sim import simulate
 from sessiongate.benchmarks.sim.cluster import oracle_hints, oracle_lead_s
-from sessiongate.benchmarks.sim.engine import EventLoop, PrefetchResult, Request, SharedPool, SimWorker, _Tier
+from sessiongate.benchmarks.sim.engine import EventLoop, Request, SharedPool, SimWorker, _Tier
 from sessiongate.benchmarks.workloads import HintModel, SessionTrace, Turn
 
 from .test_sim import SIMPLE
+from .test_sim_toolkv import _prefetch_times
 
 
 def _worker(device: int, host: int = 10_000) -> tuple[SimWorker, SharedPool, list[Request]]:
@@ -134,14 +135,7 @@ def test_the_oracles_hints_come_one_per_later_turn_at_the_previous_answers_end()
 def test_the_oracle_keeps_a_sessions_kv_until_its_turn_and_prefetches_it_just_in_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fired: list[float] = []
-    original = SimWorker.prefetch
-
-    def prefetch(worker: SimWorker, session_id: str, target: str, rank_until: float | None = None) -> PrefetchResult:
-        fired.append(worker.loop.now)
-        return original(worker, session_id, target, rank_until)
-
-    monkeypatch.setattr(SimWorker, "prefetch", prefetch)
+    fired = _prefetch_times(monkeypatch)
     # X's second turn comes 20 s after its first answer; Z (100 tokens) arrives meanwhile and needs room: the
     # device (550 tokens) holds X's 401 and Z only if something goes: the expected X stays, the idle W goes.
     sessions = [
@@ -166,14 +160,7 @@ def test_hints_told_their_turns_time_prefetch_just_before_it_and_timed_ones_lear
     """`+advisories-exact`: the client's typing hint (11.3 s before X's turn) is told when the turn comes, so its
     prefetch fires the oracle's lead before it, not at once; `+advisories-timed` learns the gap (here, one session
     is too few samples: it fires at once, as the default does)."""
-    fired: list[float] = []
-    original = SimWorker.prefetch
-
-    def prefetch(worker: SimWorker, session_id: str, target: str, rank_until: float | None = None) -> PrefetchResult:
-        fired.append(worker.loop.now)
-        return original(worker, session_id, target, rank_until)
-
-    monkeypatch.setattr(SimWorker, "prefetch", prefetch)
+    fired = _prefetch_times(monkeypatch)
     sessions = [_session("X", 0.0, (400, 1, 0.0), (20, 1, 20.0))]
     for system in ("dynamo_cost+advisories", "dynamo_cost+advisories-timed", "dynamo_cost+advisories-exact"):
         fired.clear()

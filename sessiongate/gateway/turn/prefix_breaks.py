@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -30,7 +30,7 @@ from sessiongate.sessions.prefix_breaks import find_break
 if TYPE_CHECKING:  # the state holds the notes (`GatewayState.prefix_breaks`)
     from sessiongate.gateway.state import GatewayState
 
-__all__ = ["PrefixBreakNotes", "note_prefix_break"]
+__all__ = ["PrefixBreakNotes"]
 
 # Examined at once at most; the others wait their turn (each is one read and, for a break, one write).
 NOTES_AT_ONCE = 2
@@ -40,28 +40,6 @@ MAX_PENDING = 1_000
 CLOSE_GRACE_S = 2.0
 
 log = structlog.get_logger(__name__)
-
-
-async def note_prefix_break(
-    state: GatewayState,
-    tenant_id: str,
-    session_id: str,
-    turn: sessions.TurnRecord,
-    messages: Sequence[Mapping[str, Any]],
-) -> None:
-    if not turn.context_reset or turn.seq <= 1:
-        return
-    try:
-        # The context as the turn found it: examined in the background, the turn may have ended and moved it.
-        context = await state.store.session_context(session_id, tenant_id=tenant_id, before_seq=turn.seq)
-        found = find_break(context, messages)
-        if found is None:
-            return
-        state.metrics.prefix_breaks.labels(found.kind).inc()
-        await state.store.record_prefix_break(turn.id, session_id=session_id, detail=found.as_dict())
-        log.info("prefix_break", index=found.index, kind=found.kind, tokens_lost=found.tokens_lost)
-    except sessions.StoreError as exc:
-        log.warning("prefix_break_not_recorded", error=str(exc))
 
 
 class PrefixBreakNotes:
@@ -87,20 +65,17 @@ class PrefixBreakNotes:
         if len(self._tasks) >= self.max_pending:
             state.metrics.prefix_breaks_unexamined.inc()
             return
-        task = asyncio.get_running_loop().create_task(self._note(state, tenant_id, session_id, turn, messages))
+        examination = _examine(state, tenant_id, session_id, turn, messages)
+        task = asyncio.get_running_loop().create_task(self._when_free(examination))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _note(
-        self,
-        state: GatewayState,
-        tenant_id: str,
-        session_id: str,
-        turn: sessions.TurnRecord,
-        messages: Sequence[Mapping[str, Any]],
-    ) -> None:
-        async with self._slots:
-            await note_prefix_break(state, tenant_id, session_id, turn, messages)
+    async def _when_free(self, examination: Coroutine[Any, Any, None]) -> None:
+        try:
+            async with self._slots:
+                await examination
+        finally:
+            examination.close()  # dropped while waiting (shutdown): never started, so never awaited
 
     @property
     def pending(self) -> int:
@@ -115,3 +90,23 @@ class PrefixBreakNotes:
         for task in late:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def _examine(
+    state: GatewayState,
+    tenant_id: str,
+    session_id: str,
+    turn: sessions.TurnRecord,
+    messages: Sequence[Mapping[str, Any]],
+) -> None:
+    try:
+        # The context as the turn found it: examined in the background, the turn may have ended and moved it.
+        context = await state.store.session_context(session_id, tenant_id=tenant_id, before_seq=turn.seq)
+        found = find_break(context, messages)
+        if found is None:
+            return
+        state.metrics.prefix_breaks.labels(found.kind).inc()
+        await state.store.record_prefix_break(turn.id, session_id=session_id, detail=found.as_dict())
+        log.info("prefix_break", index=found.index, kind=found.kind, tokens_lost=found.tokens_lost)
+    except sessions.StoreError as exc:
+        log.warning("prefix_break_not_recorded", error=str(exc))
