@@ -213,7 +213,7 @@ def create_app(
             gateway_metrics.registry.register(StoreCollector(the_store))
             late_writes = LateWrites(retry_for_s=settings.upstream_read_timeout_s)
             stack.push_async_callback(late_writes.aclose)  # before the store closes (the stack unwinds in reverse)
-            prefix_breaks = PrefixBreakNotes()
+            prefix_breaks = PrefixBreakNotes(the_store, gateway_metrics)
             stack.push_async_callback(prefix_breaks.aclose)
             state = GatewayState(
                 settings=settings,

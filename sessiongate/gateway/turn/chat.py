@@ -199,7 +199,7 @@ async def _chat_turn(
         raise sessions.SessionNotFound(session_id) from None
     structlog.contextvars.bind_contextvars(turn_id=turn.id)
     trace.identify(session_id, turn.id)
-    state.prefix_breaks.note(state, tenant_id, session_id, turn, body["messages"])
+    state.prefix_breaks.note(tenant_id, session_id, turn, body["messages"])
 
     await state.sharing.before_routing(session_id)  # replicas: claim the session's advisory, read its KV belief
     reservation = state.advisor.reservation(session_id)

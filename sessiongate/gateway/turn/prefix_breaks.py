@@ -20,15 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from sessiongate import sessions
+from sessiongate.gateway.observability.metrics import GatewayMetrics
 from sessiongate.sessions.prefix_breaks import find_break
-
-if TYPE_CHECKING:  # the state holds the notes (`GatewayState.prefix_breaks`)
-    from sessiongate.gateway.state import GatewayState
 
 __all__ = ["PrefixBreakNotes"]
 
@@ -47,25 +45,29 @@ class PrefixBreakNotes:
     is counted (`sessiongate_prefix_breaks_unexamined_total`) instead; `aclose()` (the gateway's shutdown, before the
     store closes) lets those under way finish for `CLOSE_GRACE_S` and drops the rest."""
 
-    def __init__(self, at_once: int = NOTES_AT_ONCE, max_pending: int = MAX_PENDING) -> None:
+    def __init__(
+        self,
+        store: sessions.SessionStore,
+        metrics: GatewayMetrics,
+        *,
+        at_once: int = NOTES_AT_ONCE,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
         self._slots = asyncio.Semaphore(at_once)
         self._tasks: set[asyncio.Task[None]] = set()
         self.max_pending = max_pending
 
     def note(
-        self,
-        state: GatewayState,
-        tenant_id: str,
-        session_id: str,
-        turn: sessions.TurnRecord,
-        messages: Sequence[Mapping[str, Any]],
+        self, tenant_id: str, session_id: str, turn: sessions.TurnRecord, messages: Sequence[Mapping[str, Any]]
     ) -> None:
         if not turn.context_reset or turn.seq <= 1:
             return
         if len(self._tasks) >= self.max_pending:
-            state.metrics.prefix_breaks_unexamined.inc()
+            self._metrics.prefix_breaks_unexamined.inc()
             return
-        examination = _examine(state, tenant_id, session_id, turn, messages)
+        examination = self._examine(tenant_id, session_id, turn, messages)
         task = asyncio.get_running_loop().create_task(self._when_free(examination))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -76,6 +78,21 @@ class PrefixBreakNotes:
                 await examination
         finally:
             examination.close()  # dropped while waiting (shutdown): never started, so never awaited
+
+    async def _examine(
+        self, tenant_id: str, session_id: str, turn: sessions.TurnRecord, messages: Sequence[Mapping[str, Any]]
+    ) -> None:
+        try:
+            # The context as the turn found it: examined in the background, the turn may have ended and moved it.
+            context = await self._store.session_context(session_id, tenant_id=tenant_id, before_seq=turn.seq)
+            found = find_break(context, messages)
+            if found is None:
+                return
+            self._metrics.prefix_breaks.labels(found.kind).inc()
+            await self._store.record_prefix_break(turn.id, session_id=session_id, detail=found.as_dict())
+            log.info("prefix_break", index=found.index, kind=found.kind, tokens_lost=found.tokens_lost)
+        except sessions.StoreError as exc:
+            log.warning("prefix_break_not_recorded", error=str(exc))
 
     @property
     def pending(self) -> int:
@@ -90,23 +107,3 @@ class PrefixBreakNotes:
         for task in late:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-async def _examine(
-    state: GatewayState,
-    tenant_id: str,
-    session_id: str,
-    turn: sessions.TurnRecord,
-    messages: Sequence[Mapping[str, Any]],
-) -> None:
-    try:
-        # The context as the turn found it: examined in the background, the turn may have ended and moved it.
-        context = await state.store.session_context(session_id, tenant_id=tenant_id, before_seq=turn.seq)
-        found = find_break(context, messages)
-        if found is None:
-            return
-        state.metrics.prefix_breaks.labels(found.kind).inc()
-        await state.store.record_prefix_break(turn.id, session_id=session_id, detail=found.as_dict())
-        log.info("prefix_break", index=found.index, kind=found.kind, tokens_lost=found.tokens_lost)
-    except sessions.StoreError as exc:
-        log.warning("prefix_break_not_recorded", error=str(exc))
