@@ -18,7 +18,6 @@ turn of the burst behind its read and took the event loop's CPU for seconds: thr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -104,6 +103,4 @@ class PrefixBreakNotes:
         _, late = await asyncio.wait(list(self._tasks), timeout=CLOSE_GRACE_S)
         for task in late:
             task.cancel()
-        for task in late:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*late, return_exceptions=True)
