@@ -158,6 +158,40 @@ async def test_a_silent_worker_times_out_and_its_connection_is_dropped() -> None
     assert connections[0] == 2
 
 
+async def test_a_shorter_timeout_on_a_kept_connection_is_kept_and_a_moved_deadline_is_waited_out() -> None:
+    """The connection keeps one timer for its deadlines. A request with a 5 s timeout leaves it pending on the kept
+    connection; a GET with 0.2 s on the same connection to a now silent worker still times out in about 0.2 s, not 5.
+    And a timer set for an earlier request does not time out a later one that is still within its own deadline:
+    requests 0.15 s apart, each answered 0.1 s after it was sent, with a read timeout of 0.2 s, all succeed."""
+    client = pool(read_timeout_s=5)
+    answers = iter([LENGTH, None])
+    async with server(lambda _: next(answers)) as (url, _, connections):
+        assert await client.post_json(url, "/x", b"{}") == (200, BODY)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await client.get_json(url, "/x", timeout_s=0.2)
+        assert 0.15 < loop.time() - started < 2
+        await client.close()
+    assert connections[0] == 1
+
+    client = pool(read_timeout_s=0.2)
+    gate = asyncio.Event()
+
+    async def answer_later() -> None:
+        await asyncio.sleep(0.1)
+        gate.set()
+
+    async with server(lambda _: [gate, LENGTH]) as (url, _, connections):
+        for _ in range(4):
+            pacer = asyncio.create_task(answer_later())
+            assert await client.post_json(url, "/x", b"{}") == (200, BODY)
+            await pacer
+            await asyncio.sleep(0.05)
+        await client.close()
+    assert connections[0] == 1
+
+
 async def test_a_refused_connection_raises_connection_refused() -> None:
     async with server(lambda _: LENGTH) as (url, _, _):
         pass  # closed: nothing listens on its port any more

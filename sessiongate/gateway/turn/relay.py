@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +22,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from sessiongate.gateway.errors import GatewayError, UpstreamError, WorkerUnreachable
+from sessiongate.gateway.workers.upstream import SSELines
 
 from .assembly import StreamAssembler, attach_cache_details
 from .context import TurnContext, fail_turn, finish_turn
@@ -40,8 +40,8 @@ class StreamRelay:
         self.url = url
         self.body = body
         self.assembler = StreamAssembler()
-        self._resources = contextlib.AsyncExitStack()
-        self._lines: AsyncIterator[list[bytes]] | None = None
+        self._resources = contextlib.ExitStack()  # the worker's lease, then its stream
+        self._lines: SSELines | None = None
         self.error: GatewayError | None = None
         self.done = False
 
@@ -54,12 +54,13 @@ class StreamRelay:
         lost = f"Worker {self.ctx.worker_id} became unreachable before it answered (its health checks cannot connect)."
         try:
             with state.workers.abort_if_lost(self.ctx.worker_id, lost):
-                self._lines = await self._resources.enter_async_context(
-                    state.worker_client.chat_stream(self.ctx.worker_id, self.url, self.body, traceparent=traceparent)
+                self._lines = await state.worker_client.open_stream(
+                    self.ctx.worker_id, self.url, self.body, traceparent=traceparent
                 )
         except UpstreamError:
-            await self._resources.aclose()
+            self._resources.close()
             raise
+        self._resources.callback(self._lines.close)
         return _RelayResponse(self)
 
     async def pump(self, send: Send) -> None:
@@ -134,7 +135,7 @@ class StreamRelay:
         return b"data: " + payload + b"\n\n"
 
     async def finish(self, *, client_gone: bool) -> None:
-        await self._resources.aclose()
+        self._resources.close()
         partial = self.assembler.message()
         if self.done and self.error is None:
             await finish_turn(self.ctx, self.assembler.result())

@@ -14,9 +14,12 @@ A connection idle longer than `keepalive_s` is dropped before SGLang's uvicorn w
 closes the connection (which makes SGLang abort a request still running); only a complete answer that allows it
 puts the connection back.
 
-The read timeout is the connection's own timer, armed only while its reader waits: `asyncio.timeout` around every
+The read timeout is the connection's own deadline, armed only while its reader waits: `asyncio.timeout` around every
 wait cost an object, a timer and, on Python 3.11, three `getpid` system calls (`asyncio.get_running_loop` checks
-for a fork), for every non-streamed turn and every read of a streamed one.
+for a fork), for every non-streamed turn and every read of a streamed one. Nor does arming it make a timer: the
+connection keeps one, which checks the deadline when it fires and, when the deadline has moved on since, waits for
+the rest; a new timer is made only for a deadline earlier than the pending one. A timer made and cancelled for each
+request and for each read of a stream cost a handle, a heap push and the heap's clean-up every time.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._armed = False
         self.closed = False
         self.idle_since = 0.0
         self._parser: httptools.HttpResponseParser | None = None
@@ -202,44 +207,69 @@ class _Connection(asyncio.Protocol):
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
-    # the read timeout
+    # the read timeout: one timer per connection, which checks the deadline when it fires (see the module's doc)
 
     def _arm(self, timeout_s: float) -> None:
-        self._disarm()
-        self._timer = self._loop.call_later(timeout_s, self._time_out)
+        deadline = self._deadline = self._loop.time() + timeout_s
+        self._armed = True
+        timer = self._timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(deadline, self._check_deadline)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._armed = False  # a timer still pending finds nothing to time out when it fires
 
-    def _time_out(self) -> None:
+    def _check_deadline(self) -> None:
         self._timer = None
+        if not self._armed:
+            return
+        if self._loop.time() < self._deadline:  # armed again since this timer was set: wait for the rest
+            self._timer = self._loop.call_at(self._deadline, self._check_deadline)
+            return
+        self._armed = False
         self._fail(TimeoutError("the worker sent nothing within the read timeout"))
 
     def close(self) -> None:
         self.closed = True
-        self._disarm()
+        self._armed = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None:
             self.transport.close()
 
 
 class Stream:
-    """A streamed answer's body: each `read()` waits at most the read timeout for the worker's next bytes."""
+    """A streamed answer's body: each `read()` waits at most the read timeout for the worker's next bytes.
 
-    def __init__(self, connection: _Connection, read_timeout_s: float) -> None:
-        self._connection = connection
+    `close()` ends it: the connection goes back to its pool when the answer was read to its end and allows it,
+    else it is closed (which makes SGLang abort a request still running). Closing twice is harmless."""
+
+    def __init__(self, pool: Http1Pool, url: str, connection: _Connection, read_timeout_s: float) -> None:
+        self._pool = pool
+        self._url = url
+        self._connection: _Connection | None = connection
         self._read_timeout_s = read_timeout_s
 
     async def read(self) -> bytes:
         """The bytes that arrived since the last read, b"" at the end."""
-        return await self._connection.read(self._read_timeout_s)
+        connection = self._connection
+        if connection is None:
+            raise ProtocolError("the stream is closed")
+        return await connection.read(self._read_timeout_s)
 
     async def read_all(self) -> bytes:
         parts = []
         while data := await self.read():
             parts.append(data)
         return b"".join(parts)
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._pool._put_back(self._url, connection, connection.reusable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,22 +331,29 @@ class Http1Pool:
         self._put_back(url, connection, keep_alive)
         return status, content
 
+    async def open_stream(self, url: str, path: str, body: bytes, *, extra: bytes = b"") -> tuple[int, Stream]:
+        """POST `body` (JSON) and read the answer as it arrives: its status, and a `Stream` of its body, which the
+        caller closes (`Stream.close`). Raises as `post_json` does, from here or from the stream's reads. `extra`:
+        as for `post_json`."""
+        connection = await self._connection(url)
+        try:
+            request = self._request(url, path, body, _EVENT_STREAM, extra=extra)
+            status = await connection.open_stream(request, self._read_timeout_s)
+        except BaseException:
+            connection.close()
+            raise
+        return status, Stream(self, url, connection, self._read_timeout_s)
+
     @contextlib.asynccontextmanager
     async def stream_json(
         self, url: str, path: str, body: bytes, *, extra: bytes = b""
     ) -> AsyncIterator[tuple[int, Stream]]:
-        """POST `body` (JSON) and read the answer as it arrives: its status, and a `Stream` of its body. Raises
-        as `post_json` does, from here or from the stream's reads; leaving before the end closes the connection.
-        `extra`: as for `post_json`."""
-        connection = await self._connection(url)
-        reusable = False
+        """`open_stream` as a context manager: leaving it closes the stream (before the end: the connection)."""
+        status, stream = await self.open_stream(url, path, body, extra=extra)
         try:
-            request = self._request(url, path, body, _EVENT_STREAM, extra=extra)
-            status = await connection.open_stream(request, self._read_timeout_s)
-            yield status, Stream(connection, self._read_timeout_s)
-            reusable = connection.reusable
+            yield status, stream
         finally:
-            self._put_back(url, connection, reusable)
+            stream.close()
 
     def _request(
         self, url: str, path: str, body: bytes, accept: bytes, method: bytes = b"POST ", *, extra: bytes = b""

@@ -29,7 +29,15 @@ from sessiongate.gateway.errors import UpstreamError, WorkerRejected, WorkerTime
 
 from .http1 import Http1Pool, ProtocolError, Stream
 
-__all__ = ["TRANSPORT_ERRORS", "WorkerClient", "make_chat_pool", "make_http_client", "translate", "worker_ssl_context"]
+__all__ = [
+    "TRANSPORT_ERRORS",
+    "SSELines",
+    "WorkerClient",
+    "make_chat_pool",
+    "make_http_client",
+    "translate",
+    "worker_ssl_context",
+]
 
 
 def _trace_line(traceparent: str | None) -> bytes:
@@ -168,28 +176,41 @@ class WorkerClient:
             raise translate(exc, worker_id) from exc
         return _answer(status, content, worker_id)
 
+    async def open_stream(
+        self, worker_id: str, url: str, body: Mapping[str, Any], *, traceparent: str | None = None
+    ) -> SSELines:
+        """Open a streamed chat completion: its non-empty SSE lines, in the groups that arrived together (so that
+        the relay writes them to the client together: one write per network read). The caller closes them
+        (`SSELines.close`). `traceparent`: as for `chat`.
+
+        Errors before the first byte raise from here; later ones from the iteration.
+        """
+        try:
+            status, stream = await self._chat_pool.open_stream(
+                url, "/v1/chat/completions", orjson.dumps(body), extra=_trace_line(traceparent)
+            )
+        except TRANSPORT_ERRORS as exc:
+            raise translate(exc, worker_id) from exc
+        if status != 200:
+            try:
+                error = _decode_error(await stream.read_all())
+            except TRANSPORT_ERRORS as exc:
+                raise translate(exc, worker_id) from exc
+            finally:
+                stream.close()
+            raise WorkerRejected(status, error, worker=worker_id)
+        return SSELines(stream, worker_id)
+
     @contextlib.asynccontextmanager
     async def chat_stream(
         self, worker_id: str, url: str, body: Mapping[str, Any], *, traceparent: str | None = None
-    ) -> AsyncIterator[AsyncIterator[list[bytes]]]:
-        """Open a streamed chat completion; yields an iterator over its non-empty SSE lines, in the groups that
-        arrived together (so that the relay writes them to the client together: one write per network read).
-        `traceparent`: as for `chat`.
-
-        Errors before the first byte raise from the `async with`; later ones raise from the iterator.
-        """
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                status, stream = await stack.enter_async_context(
-                    self._chat_pool.stream_json(
-                        url, "/v1/chat/completions", orjson.dumps(body), extra=_trace_line(traceparent)
-                    )
-                )
-                if status != 200:
-                    raise WorkerRejected(status, _decode_error(await stream.read_all()), worker=worker_id)
-            except TRANSPORT_ERRORS as exc:
-                raise translate(exc, worker_id) from exc
-            yield _lines(stream, worker_id)
+    ) -> AsyncIterator[SSELines]:
+        """`open_stream` as a context manager, which closes the lines when it is left."""
+        lines = await self.open_stream(worker_id, url, body, traceparent=traceparent)
+        try:
+            yield lines
+        finally:
+            lines.close()
 
     async def models(self, url: str) -> list[dict[str, Any]]:
         response = await self._client.get(f"{url}/v1/models")
@@ -210,27 +231,43 @@ def _answer(status: int, content: bytes, worker_id: str) -> dict[str, Any]:
     return answer
 
 
-async def _line_groups(reads: AsyncIterator[bytes]) -> AsyncIterator[list[bytes]]:
-    """The stream's non-empty lines, grouped by the network read that completed them."""
-    partial = b""
-    async for data in reads:
-        *complete, partial = (partial + data).split(b"\n")
-        lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
-        if lines:
-            yield lines
-    if partial.strip(b"\r"):
-        yield [partial.rstrip(b"\r")]
+class SSELines:
+    """A streamed answer's non-empty lines, grouped by the network read that completed them; a transport failure
+    mid-stream raises as the gateway's error (`translate`, `started`).
 
+    An iterator object, not an async generator: the relay stops reading at `[DONE]`, and an async generator left
+    unfinished is closed by the event loop's finaliser hook, through `call_soon_threadsafe` (a write to the loop's
+    wake-up pipe and its read, two system calls a streamed turn) and one more task step per generator."""
 
-async def _reads(stream: Stream) -> AsyncIterator[bytes]:
-    while data := await stream.read():
-        yield data
+    __slots__ = ("_ended", "_partial", "_stream", "_worker_id")
 
+    def __init__(self, stream: Stream, worker_id: str) -> None:
+        self._stream = stream
+        self._worker_id = worker_id
+        self._partial = b""
+        self._ended = False
 
-async def _lines(stream: Stream, worker_id: str) -> AsyncIterator[list[bytes]]:
-    """`_line_groups` of the pool's stream; the stream's read timeout bounds the wait for each read."""
-    try:
-        async for lines in _line_groups(_reads(stream)):
-            yield lines
-    except TRANSPORT_ERRORS as exc:
-        raise translate(exc, worker_id, started=True) from exc
+    def __aiter__(self) -> SSELines:
+        return self
+
+    async def __anext__(self) -> list[bytes]:
+        while not self._ended:
+            try:
+                data = await self._stream.read()
+            except TRANSPORT_ERRORS as exc:
+                raise translate(exc, self._worker_id, started=True) from exc
+            if not data:
+                self._ended = True
+                tail = self._partial.rstrip(b"\r")
+                if tail:
+                    return [tail]
+                break
+            *complete, self._partial = (self._partial + data).split(b"\n")
+            lines = [line.rstrip(b"\r") for line in complete if line.strip(b"\r")]
+            if lines:
+                return lines
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        """Give the connection back (read to its end) or close it (which makes SGLang abort the request)."""
+        self._stream.close()
