@@ -10,8 +10,9 @@ same warm-up, for a short and a long count of turns: the difference over the ext
 start-up and imports cancel out.
 
 Systems: `sessiongate` (the app as `sessiongate serve` builds it, SQLite store), `floor` (`benchmarks.floor_proxy`:
-parse, add the gateway's fields, relay) and `store` (the store alone, `begin_turn` + `complete_turn` as the chat
-route calls them). The floor's and sessiongate's figures include the driver's own work, the same for both.
+parse, add the gateway's fields, relay), `stored-floor` (the floor recording every turn through the gateway's store)
+and `store` (the store alone, `begin_turn` + `complete_turn` as the chat route calls them). The floors' and
+sessiongate's figures include the driver's own work, the same for all.
 
     python -m sessiongate.benchmarks.instructions                          # all three, non-streamed
     python -m sessiongate.benchmarks.instructions --stream --systems sessiongate floor
@@ -45,7 +46,7 @@ from .router_overhead import streamed_content
 
 __all__ = ["SYSTEMS", "main", "serve_turns"]
 
-SYSTEMS = ("sessiongate", "floor", "store")
+SYSTEMS = ("sessiongate", "floor", "stored-floor", "store")
 _CONVERSATIONS = 16
 _TURNS_PER_SESSION = 8
 _SYSTEM_PROMPT = "You are a careful coding agent. " * 8
@@ -100,11 +101,14 @@ async def _system(system: str, workers: Sequence[str], *, stream: bool) -> Async
             yield turn
         return
     async with contextlib.AsyncExitStack() as stack:
-        if system == "floor":
+        if system in ("floor", "stored-floor"):
             from .floor_proxy import FloorProxy
 
-            app: Any = FloorProxy(list(workers))
-            stack.push_async_callback(app.pool.close)
+            work_dir = stack.enter_context(tempfile.TemporaryDirectory())
+            database_url = f"sqlite+aiosqlite:///{work_dir}/floor.db" if system == "stored-floor" else None
+            app: Any = FloorProxy(list(workers), database_url=database_url)
+            await app.open()
+            stack.push_async_callback(app.close)
             state: dict[str, Any] = {}
         else:
             app, state = await stack.enter_async_context(_gateway(workers))

@@ -137,14 +137,19 @@ class FakeWorkerProcess(ManagedProcess):
 
 
 class FloorProxyProcess(ManagedProcess):
-    """`benchmarks.floor_proxy` in front of `workers`: the least a Python gateway on this stack costs per turn."""
+    """`benchmarks.floor_proxy` in front of `workers`: the least a Python gateway on this stack costs per turn (with
+    `database_url`, the least one that records every turn there costs)."""
 
-    def __init__(self, log_dir: Path, *, workers: list[str], port: int | None = None) -> None:
+    def __init__(
+        self, log_dir: Path, *, workers: list[str], port: int | None = None, database_url: str | None = None
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "sessiongate.benchmarks.floor_proxy", "--port", str(self.port)]
         for worker in workers:
             command += ["--worker", worker]
+        if database_url is not None:  # the stored floor: every turn recorded
+            command += ["--database-url", database_url]
         super().__init__(command, log_path=log_dir / f"floor-proxy-{self.port}.log")
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:

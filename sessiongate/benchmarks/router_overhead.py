@@ -5,7 +5,9 @@ Starts N instant fake workers (`benchmarks.fake_worker`, each its own process), 
 policy by default, which pins each `x-smg-routing-key` to one worker: its session persistence) and, when its wheel
 is installed, its predecessor `sglang-router` 0.3.2 as a second row, in front of the same workers; and the Python
 floor (`benchmarks.floor_proxy`: a bare proxy on the gateway's own server and HTTP client, recording nothing), which
-shows how much of sessiongate's cost is its work per turn and how much the language and server. One
+shows how much of sessiongate's cost is its work per turn and how much the language and server, and the stored
+floor (the same proxy recording every turn through sessiongate's own store on SQLite, and nothing else), which shows
+how much of it is persisting the turn. One
 bounded-concurrency asyncio client drives the workers directly and through each proxy with the same multi-turn
 conversations (each request resends the growing history and names its session in
 `x-session-id` and `x-smg-routing-key`), streamed and not.
@@ -14,7 +16,7 @@ The systems take turns in short phases (the order rotating every round), so mach
 For each system and mode: requests/s over its phases, latency p50/p99, the latency it adds (its percentile minus
 the direct requests' percentile, from the same run), and the proxy process's CPU time per request (user + system
 from /proc, all threads, counted over its own phases only). Then the ratios sessiongate / smg (and / sglang-router),
-python-floor / smg and sessiongate / python-floor, as Markdown.
+python-floor / smg, stored-floor / smg, sessiongate / python-floor and sessiongate / stored-floor, as Markdown.
 
     python -m sessiongate.benchmarks.router_overhead  # 2 workers, concurrency 16, 5 rounds x 400 requests
     python -m sessiongate.benchmarks.router_overhead --workers 1 --concurrency 1 --rounds 3 --phase-requests 200
@@ -61,10 +63,12 @@ __all__ = ["BenchConfig", "main", "markdown", "run_benchmark", "streamed_content
 
 DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER = "direct", "sessiongate", "smg", "sglang-router"
 PYTHON_FLOOR = "python-floor"
+# The floor that also records every turn through sessiongate's store (SQLite): what persisting a turn costs alone.
+STORED_FLOOR = "stored-floor"
 # The same sessiongate process driven through `/v1/responses` (`--api responses`): each turn names the previous
 # response and sends only its new message; the gateway rebuilds the prompt from the stored turns.
 SESSIONGATE_RESPONSES = "sessiongate-responses"
-SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER, PYTHON_FLOOR, SESSIONGATE_RESPONSES)
+SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER, PYTHON_FLOOR, STORED_FLOOR, SESSIONGATE_RESPONSES)
 # The Rust gateways sessiongate is compared with, the current one first.
 RUST_GATEWAYS = (SMG, SGLANG_ROUTER)
 # The rows each table of ratios divides (numerator, denominator).
@@ -72,7 +76,9 @@ RATIOS = (
     (SESSIONGATE, SMG),
     (SESSIONGATE, SGLANG_ROUTER),
     (PYTHON_FLOOR, SMG),
+    (STORED_FLOOR, SMG),
     (SESSIONGATE, PYTHON_FLOOR),
+    (SESSIONGATE, STORED_FLOOR),
     (SESSIONGATE_RESPONSES, SESSIONGATE),
 )
 MODES = ("non-streamed", "streamed")
@@ -95,6 +101,8 @@ class BenchConfig:
     with_sglang_router: bool = True
     # Also run the Python floor (`benchmarks.floor_proxy`): a bare proxy on sessiongate's server and HTTP client.
     with_floor: bool = True
+    # Also the stored floor (the floor recording every turn through the gateway's store, on SQLite).
+    with_stored_floor: bool = True
     # "chat" (chat completions only) or "responses" (also a `sessiongate-responses` row: the same gateway through
     # `/v1/responses`, each turn chained by `previous_response_id`).
     api: str = "chat"
@@ -363,6 +371,11 @@ def _started(config: BenchConfig, work_dir: Path) -> Iterator[dict[str, tuple[st
             floor = start(FloorProxyProcess(work_dir, workers=urls))
             floor.wait_ready()
             targets[PYTHON_FLOOR] = (floor.url, floor)
+        if config.with_stored_floor:
+            database_url = f"sqlite+aiosqlite:///{work_dir / 'stored-floor.db'}"
+            stored = start(FloorProxyProcess(work_dir, workers=urls, database_url=database_url))
+            stored.wait_ready()
+            targets[STORED_FLOOR] = (stored.url, stored)
         yield targets
 
 
@@ -460,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-floor", action="store_true", help="leave out the Python floor (benchmarks.floor_proxy)")
     parser.add_argument(
+        "--no-stored-floor", action="store_true", help="leave out the stored floor (the floor recording every turn)"
+    )
+    parser.add_argument(
         "--api",
         default=defaults.api,
         choices=("chat", "responses"),
@@ -481,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         router_policy=args.router_policy,
         with_sglang_router=not args.no_sglang_router,
         with_floor=not args.no_floor,
+        with_stored_floor=not args.no_stored_floor,
         api=args.api,
     )
     rows = summary(run_benchmark(config))

@@ -28,7 +28,15 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
 
 
 @pytest.mark.parametrize(
-    ("system", "stream"), [("sessiongate", False), ("sessiongate", True), ("floor", False), ("store", False)]
+    ("system", "stream"),
+    [
+        ("sessiongate", False),
+        ("sessiongate", True),
+        ("floor", False),
+        ("stored-floor", False),
+        ("stored-floor", True),
+        ("store", False),
+    ],
 )
 async def test_every_turn_is_served(workers: list[str], system: str, stream: bool) -> None:
     assert await instructions.serve_turns(system, workers, warm=16, turns=32, stream=stream) == 0

@@ -1,6 +1,7 @@
 """The gateway-vs-Rust-gateway benchmark at tiny scale (seconds): real processes, every request answered, and a
 well-formed report (the Markdown tables, the JSON figures). The `bench` extra installs both Rust gateways (smg 1.13
-and sglang-router 0.3.2), so the run has a row for each, and the Python floor (a bare proxy) runs beside them."""
+and sglang-router 0.3.2), so the run has a row for each, and the Python floor (a bare proxy) and the stored floor (the
+same proxy recording every turn) run beside them; the stored floor's records are checked against its answers."""
 
 from __future__ import annotations
 
@@ -12,13 +13,20 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sessiongate import sessions
 from sessiongate.benchmarks.fake_worker import FakeWorkerBehaviour, create_fake_worker
-from sessiongate.benchmarks.processes import sglang_router_installed, smg_installed
+from sessiongate.benchmarks.processes import (
+    FakeWorkerProcess,
+    FloorProxyProcess,
+    sglang_router_installed,
+    smg_installed,
+)
+from sessiongate.benchmarks.router_overhead import streamed_content
 
 pytestmark = pytest.mark.anyio
 
 ROUNDS, PHASE_REQUESTS = 2, 6
-SYSTEMS = {"direct", "sessiongate", "smg", "sglang-router", "python-floor"}
+SYSTEMS = {"direct", "sessiongate", "smg", "sglang-router", "python-floor", "stored-floor"}
 MODES = {"non-streamed", "streamed"}
 
 
@@ -43,8 +51,8 @@ def test_tiny_run_answers_everything_and_reports_every_proxy(tmp_path: Path) -> 
     assert done.returncode == 0, done.stdout + done.stderr
 
     tables = [block.splitlines() for block in done.stdout.split("\n\n") if block.startswith("|")]
-    # Per system, then sessiongate against each Rust gateway, the floor against smg, sessiongate against the floor.
-    assert len(tables) == 5, done.stdout
+    # Per system, then sessiongate against each Rust gateway, the floors against smg, sessiongate against the floors.
+    assert len(tables) == 7, done.stdout
     per_system = _table(tables[0])
     assert {(row[0], row[1]) for row in per_system} == {(s, m) for s in SYSTEMS for m in MODES}
     for row in per_system:
@@ -52,7 +60,9 @@ def test_tiny_run_answers_everything_and_reports_every_proxy(tmp_path: Path) -> 
     assert tables[1][0].startswith("| sessiongate / smg "), tables[1]
     assert tables[2][0].startswith("| sessiongate / sglang-router "), tables[2]
     assert tables[3][0].startswith("| python-floor / smg "), tables[3]
-    assert tables[4][0].startswith("| sessiongate / python-floor "), tables[4]
+    assert tables[4][0].startswith("| stored-floor / smg "), tables[4]
+    assert tables[5][0].startswith("| sessiongate / python-floor "), tables[5]
+    assert tables[6][0].startswith("| sessiongate / stored-floor "), tables[6]
     for table in tables[1:]:
         ratios = _table(table)
         assert {row[0] for row in ratios} == MODES
@@ -66,6 +76,45 @@ def test_tiny_run_answers_everything_and_reports_every_proxy(tmp_path: Path) -> 
         if row["system"] != "direct":
             assert row["cpu_us_per_request"] > 0, key
             assert row["added_p50_ms"] is not None, key
+
+
+async def test_the_stored_floor_records_every_turn_with_the_answer_its_client_got(tmp_path: Path) -> None:
+    """Two turns of one session, the second streamed, through the stored floor: both are in its store, ok, each
+    with the new messages it brought and the answer's text the client read."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'floor.db'}"
+    worker = FakeWorkerProcess(tmp_path, prefix_cache=False)
+    floor = None
+    try:
+        worker.wait_ready()
+        floor = FloorProxyProcess(tmp_path, workers=[worker.url], database_url=url)
+        floor.wait_ready()
+        messages: list[dict[str, str]] = [{"role": "user", "content": "first question"}]
+        answers = []
+        async with httpx.AsyncClient(base_url=floor.url, headers={"x-session-id": "stored-1"}) as client:
+            for stream in (False, True):
+                body = {"model": "fake-model", "messages": messages, "max_tokens": 6, "stream": stream}
+                response = await client.post("/v1/chat/completions", json=body)
+                assert response.status_code == 200, response.text
+                text = (
+                    streamed_content(response.content)
+                    if stream
+                    else response.json()["choices"][0]["message"]["content"]
+                )
+                answers.append(text)
+                messages = [*messages, {"role": "assistant", "content": text}, {"role": "user", "content": "next"}]
+    finally:
+        if floor is not None:
+            floor.stop()
+        worker.stop()
+    store = sessions.SqlSessionStore(sessions.create_engine(url))
+    try:
+        turns = await store.list_turns("stored-1", tenant_id="default")
+    finally:
+        await store.close()
+    assert [t.status for t in turns] == ["ok", "ok"]
+    assert [t.output_message["content"] for t in turns] == answers
+    assert turns[0].input_messages == [{"role": "user", "content": "first question"}]
+    assert turns[1].input_messages == [{"role": "user", "content": "next"}]  # the resent history is not stored again
 
 
 async def test_fake_worker_without_prefix_cache_reports_nothing_cached() -> None:
