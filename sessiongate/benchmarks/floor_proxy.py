@@ -12,7 +12,8 @@ With `--database-url` it is the *stored* floor: the same proxy, which also recor
 gateway's own store (`sessions.SqlSessionStore`: the turn committed as pending before the worker sees it, its answer
 after, the store's group commit and memory as the gateway has them) and parses what it must for that (the answer's
 message and usage; a stream's chunks). It shows what persisting a turn costs with nothing else of the gateway
-around it: the least a gateway that keeps every turn in SQL can spend on this stack.
+around it. With `--least-store FILE` it records every turn the least way instead (`least_store`: one INSERT and one
+UPDATE a turn, group-committed), a yardstick for the gateway's store.
 
 Not a product: errors are minimal (502 when the worker fails) and nothing else is recorded.
 
@@ -32,6 +33,8 @@ import orjson
 from sessiongate.gateway.server_protocol import run_server
 from sessiongate.gateway.workers.http1 import Http1Pool, ProtocolError
 
+from .least_store import LeastStore
+
 __all__ = ["FloorProxy"]
 
 _PATH = b"/v1/chat/completions"
@@ -39,16 +42,21 @@ _TENANT = "default"
 
 
 class FloorProxy:
-    """The ASGI app: one route, everything else 404. `database_url`: record every turn there (the stored floor)."""
+    """The ASGI app: one route, everything else 404. `database_url`: record every turn there (the stored floor);
+    `least_store`: record every turn in this SQLite file through `least_store.LeastStore` instead (the least
+    persistence, a yardstick)."""
 
-    def __init__(self, workers: list[str], *, database_url: str | None = None) -> None:
+    def __init__(self, workers: list[str], *, database_url: str | None = None, least_store: str | None = None) -> None:
         self.workers = workers
         self.pool = Http1Pool(connect_timeout_s=5.0, read_timeout_s=60.0)
         self.database_url = database_url
+        self.least_store = least_store
         self.store: Any = None
 
     async def open(self) -> None:
-        if self.database_url is not None:
+        if self.least_store is not None:
+            self.store = LeastStore(self.least_store)
+        elif self.database_url is not None:
             from sessiongate import sessions
 
             await sessions.upgrade(self.database_url)
@@ -171,8 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--worker", action="append", required=True)
     parser.add_argument("--database-url", help="record every turn in this store (the stored floor)")
+    parser.add_argument("--least-store", help="record every turn in this SQLite file, the least way (a yardstick)")
     args = parser.parse_args(argv)
-    run_server(FloorProxy(args.worker, database_url=args.database_url), host=args.host, port=args.port)
+    app = FloorProxy(args.worker, database_url=args.database_url, least_store=args.least_store)
+    run_server(app, host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -141,7 +141,13 @@ class FloorProxyProcess(ManagedProcess):
     `database_url`, the least one that records every turn there costs)."""
 
     def __init__(
-        self, log_dir: Path, *, workers: list[str], port: int | None = None, database_url: str | None = None
+        self,
+        log_dir: Path,
+        *,
+        workers: list[str],
+        port: int | None = None,
+        database_url: str | None = None,
+        least_store: Path | None = None,
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -150,6 +156,8 @@ class FloorProxyProcess(ManagedProcess):
             command += ["--worker", worker]
         if database_url is not None:  # the stored floor: every turn recorded
             command += ["--database-url", database_url]
+        if least_store is not None:  # the least stored floor: every turn recorded the least way
+            command += ["--least-store", str(least_store)]
         super().__init__(command, log_path=log_dir / f"floor-proxy-{self.port}.log")
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:

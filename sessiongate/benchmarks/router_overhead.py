@@ -65,10 +65,21 @@ DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER = "direct", "sessiongate", "smg", "sglan
 PYTHON_FLOOR = "python-floor"
 # The floor that also records every turn through sessiongate's store (SQLite): what persisting a turn costs alone.
 STORED_FLOOR = "stored-floor"
+# The floor recording every turn the least way (`least_store`: one INSERT, one UPDATE): a yardstick for the store.
+LEAST_STORED_FLOOR = "least-stored-floor"
 # The same sessiongate process driven through `/v1/responses` (`--api responses`): each turn names the previous
 # response and sends only its new message; the gateway rebuilds the prompt from the stored turns.
 SESSIONGATE_RESPONSES = "sessiongate-responses"
-SYSTEMS = (DIRECT, SESSIONGATE, SMG, SGLANG_ROUTER, PYTHON_FLOOR, STORED_FLOOR, SESSIONGATE_RESPONSES)
+SYSTEMS = (
+    DIRECT,
+    SESSIONGATE,
+    SMG,
+    SGLANG_ROUTER,
+    PYTHON_FLOOR,
+    STORED_FLOOR,
+    LEAST_STORED_FLOOR,
+    SESSIONGATE_RESPONSES,
+)
 # The Rust gateways sessiongate is compared with, the current one first.
 RUST_GATEWAYS = (SMG, SGLANG_ROUTER)
 # The rows each table of ratios divides (numerator, denominator).
@@ -77,6 +88,7 @@ RATIOS = (
     (SESSIONGATE, SGLANG_ROUTER),
     (PYTHON_FLOOR, SMG),
     (STORED_FLOOR, SMG),
+    (LEAST_STORED_FLOOR, SMG),
     (SESSIONGATE, PYTHON_FLOOR),
     (SESSIONGATE, STORED_FLOOR),
     (SESSIONGATE_RESPONSES, SESSIONGATE),
@@ -103,6 +115,8 @@ class BenchConfig:
     with_floor: bool = True
     # Also the stored floor (the floor recording every turn through the gateway's store, on SQLite).
     with_stored_floor: bool = True
+    # Also the least stored floor (`--least-stored-floor`).
+    with_least_stored_floor: bool = False
     # "chat" (chat completions only) or "responses" (also a `sessiongate-responses` row: the same gateway through
     # `/v1/responses`, each turn chained by `previous_response_id`).
     api: str = "chat"
@@ -376,6 +390,10 @@ def _started(config: BenchConfig, work_dir: Path) -> Iterator[dict[str, tuple[st
             stored = start(FloorProxyProcess(work_dir, workers=urls, database_url=database_url))
             stored.wait_ready()
             targets[STORED_FLOOR] = (stored.url, stored)
+        if config.with_least_stored_floor:
+            least = start(FloorProxyProcess(work_dir, workers=urls, least_store=work_dir / "least-stored-floor.db"))
+            least.wait_ready()
+            targets[LEAST_STORED_FLOOR] = (least.url, least)
         yield targets
 
 
@@ -476,6 +494,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-stored-floor", action="store_true", help="leave out the stored floor (the floor recording every turn)"
     )
     parser.add_argument(
+        "--least-stored-floor",
+        action="store_true",
+        help="also the floor recording every turn the least way (benchmarks.least_store: a yardstick for the store)",
+    )
+    parser.add_argument(
         "--api",
         default=defaults.api,
         choices=("chat", "responses"),
@@ -498,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         with_sglang_router=not args.no_sglang_router,
         with_floor=not args.no_floor,
         with_stored_floor=not args.no_stored_floor,
+        with_least_stored_floor=args.least_stored_floor,
         api=args.api,
     )
     rows = summary(run_benchmark(config))
