@@ -52,7 +52,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
-        self._deadline = 0.0
+        self._deadline = 0.0  # the wait's deadline (loop time), while `_armed`
+        self._timer_at = 0.0  # the pending timer's time
         self._armed = False
         self.closed = False
         self.idle_since = 0.0
@@ -212,11 +213,13 @@ class _Connection(asyncio.Protocol):
     def _arm(self, timeout_s: float) -> None:
         deadline = self._deadline = self._loop.time() + timeout_s
         self._armed = True
-        timer = self._timer
-        if timer is None or deadline < timer.when():
-            if timer is not None:
-                timer.cancel()
-            self._timer = self._loop.call_at(deadline, self._check_deadline)
+        if self._timer is None or deadline < self._timer_at:
+            self._set_timer(deadline)
+
+    def _set_timer(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = self._loop.call_at(at, self._check_deadline), at
 
     def _disarm(self) -> None:
         self._armed = False  # a timer still pending finds nothing to time out when it fires
@@ -225,8 +228,8 @@ class _Connection(asyncio.Protocol):
         self._timer = None
         if not self._armed:
             return
-        if self._loop.time() < self._deadline:  # armed again since this timer was set: wait for the rest
-            self._timer = self._loop.call_at(self._deadline, self._check_deadline)
+        if self._deadline > self._timer_at:  # armed again since this timer was set: wait for the rest
+            self._set_timer(self._deadline)
             return
         self._armed = False
         self._fail(TimeoutError("the worker sent nothing within the read timeout"))
