@@ -102,7 +102,9 @@ async def test_request_before_the_prefetch_finished_is_late(make_gateway: Any) -
 
 
 async def test_typing_is_debounced_and_expires_as_wasted(make_gateway: Any) -> None:
-    async with make_gateway(**{**FAST, "advisory_ttl_s": 0.3}) as gw:
+    # The hint lives 2 s: long enough that the second signal finds it alive on a loaded machine (at 0.3 s a CI run
+    # once fired a new one), short enough to expire within the wait below.
+    async with make_gateway(**{**FAST, "advisory_ttl_s": 2.0}) as gw:
         await _turn(gw, "waste-1", [USER])
         first = (await gw.client.post("/v1/sessions/waste-1/typing", json={"state": "started"})).json()
         again = (await gw.client.post("/v1/sessions/waste-1/typing", json={"state": "started"})).json()
