@@ -343,8 +343,9 @@ async def test_typing_for_unknown_session_and_bad_state(gateway: Gateway) -> Non
 async def test_concurrent_signals_of_one_session_make_one_advisory(make_gateway: Any) -> None:
     """Two signals at once: the second finds the first's advisory live and refreshes it, so there is one
     advisory, one prefetch, and it settles (before, each made its own, both prefetched, and the one overwritten
-    in the advisor's book stayed pending forever). The store is slowed down, so the signals overlap."""
-    async with make_gateway(**{**FAST, "advisory_ttl_s": 0.5}) as gw:
+    in the advisor's book stayed pending forever). The store is slowed down, so the signals overlap. The hint lives
+    2 s, so that on a loaded machine the last signal still finds the first's advisory alive."""
+    async with make_gateway(**{**FAST, "advisory_ttl_s": 2.0}) as gw:
         await _turn(gw, "both", [USER])
         store = gw.state.store
         create = store.create_advisory
