@@ -43,11 +43,8 @@ class StoreTransactions:
         self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         self._clock = clock
         self._memory = StoreMemory()
-        # Start times of the calls waiting for the database (insertion order: the first is the oldest) and the
-        # calls that failed as unavailable: `health()`, read by /metrics.
-        self._calls_started: dict[int, float] = {}
-        self._call_ids = itertools.count()
-        self._unavailable = 0
+        # The calls waiting for the database and those that found it unavailable: `health()`, read by /metrics.
+        self._calls = _Calls()
         # SQLite admits one writer at a time and makes the others poll with growing sleeps until its busy timeout,
         # which under a few dozen concurrent turns gives long tails and then "database is locked". Queueing this
         # process's writers on a lock instead hands the file over in order and at once; readers never wait (WAL).
@@ -71,33 +68,12 @@ class StoreTransactions:
     def engine(self) -> AsyncEngine:
         return self._engine
 
-    @asynccontextmanager
-    async def _store_errors(self) -> AsyncIterator[None]:
-        call = next(self._call_ids)
-        self._calls_started[call] = time.monotonic()
-        try:
-            yield
-        except Exception as exc:
-            translated = self._counted_error(exc)
-            if translated is exc:
-                raise
-            raise translated from exc
-        finally:
-            del self._calls_started[call]
-
-    def _counted_error(self, exc: Exception) -> BaseException:
-        """`store_error(exc)`, counted for `health()` when it says the store is unavailable."""
-        translated = store_error(exc)
-        if isinstance(translated, StoreUnavailable):
-            self._unavailable += 1
-        return translated
-
     def health(self) -> StoreHealth:
-        oldest = next(iter(self._calls_started.values()), None)
+        oldest = next(iter(self._calls.started.values()), None)
         return StoreHealth(
-            calls_in_flight=len(self._calls_started),
+            calls_in_flight=len(self._calls.started),
             oldest_call_s=0.0 if oldest is None else time.monotonic() - oldest,
-            unavailable=self._unavailable,
+            unavailable=self._calls.unavailable,
         )
 
     @asynccontextmanager
@@ -110,13 +86,15 @@ class StoreTransactions:
 
     @asynccontextmanager
     async def _transaction(self, *, write: bool = True) -> AsyncIterator[AsyncSession]:
-        async with self._store_errors(), self._writer_turn(write), self._sessionmaker() as db, db.begin():
-            yield db
+        with _Call(self._calls):
+            async with self._writer_turn(write), self._sessionmaker() as db, db.begin():
+                yield db
 
     @asynccontextmanager
     async def _connection(self, *, write: bool = True) -> AsyncIterator[AsyncConnection]:
-        async with self._store_errors(), self._writer_turn(write), self._engine.begin() as conn:
-            yield conn
+        with _Call(self._calls):
+            async with self._writer_turn(write), self._engine.begin() as conn:
+                yield conn
 
     async def _per_request(self, work: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(conn, ...)` committed as a whole before this returns, as one step for the event loop. For the
@@ -133,19 +111,8 @@ class StoreTransactions:
         # With at most one turn in flight here (a turn's own at its end, one other at a turn's start), no other
         # write is coming to share the batch: it commits at once.
         alone = self._memory.turns_in_flight() <= 1
-        # `_store_errors` written out (already translated by the group commit: here for `health()`): its context
-        # manager's generator and steps were a few percent of a turn's CPU at the chat route's two calls.
-        call = next(self._call_ids)
-        self._calls_started[call] = time.monotonic()
-        try:
+        with _Call(self._calls):  # already translated by the group commit: here for `health()`
             return await self._group_commit.run(lambda conn: work(conn, *args, **kwargs), alone=alone)
-        except Exception as exc:
-            translated = self._counted_error(exc)
-            if translated is exc:
-                raise
-            raise translated from exc
-        finally:
-            del self._calls_started[call]
 
     # lifecycle
 
@@ -159,6 +126,45 @@ class StoreTransactions:
             self._group_commit.close()
         if self._sqlite_file is not None:
             self._sqlite_file.dispose()
+
+
+class _Calls:
+    """The store's calls waiting for the database, by start time (insertion order: the first is the oldest), and how
+    many found it unavailable."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, float] = {}
+        self.unavailable = 0
+        self._ids = itertools.count()
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+
+class _Call:
+    """One store call, around its wait for the database: counted in flight while it runs, and a database failure in it
+    raised as the store's own error (`store_error`), counted when it says the store is unavailable. A plain class: the
+    chat route makes two calls a turn, and as a generator-based context manager this was 5% of the store's
+    instructions a turn (docs/benchmarks.md)."""
+
+    __slots__ = ("_calls", "_id")
+
+    def __init__(self, calls: _Calls) -> None:
+        self._calls = calls
+        self._id = calls.next_id()
+
+    def __enter__(self) -> None:
+        self._calls.started[self._id] = time.monotonic()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        del self._calls.started[self._id]
+        if not isinstance(exc, Exception):
+            return
+        translated = store_error(exc)
+        if isinstance(translated, StoreUnavailable):
+            self._calls.unavailable += 1
+        if translated is not exc:
+            raise translated from exc
 
 
 def store_error(exc: BaseException) -> BaseException:
