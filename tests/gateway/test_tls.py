@@ -182,6 +182,5 @@ async def test_a_worker_whose_certificate_the_gateway_does_not_trust_fails_with_
         assert refused.value.message.startswith(f"Worker {worker_id} failed before answering: its TLS certificate")
         assert "issuer" in refused.value.message  # OpenSSL's reason: no trusted issuer for the worker's certificate
         with pytest.raises(WorkerUnreachable, match="its TLS certificate was not accepted"):
-            async with state.worker_client.chat_stream(worker_id, url, {"messages": [USER], "stream": True}):
-                pass
+            await state.worker_client.open_stream(worker_id, url, {"messages": [USER], "stream": True})
         assert behaviour.requests == []  # nothing was sent to a worker the gateway could not verify

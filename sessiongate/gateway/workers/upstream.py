@@ -17,9 +17,8 @@ httpcore's exceptions in one dict), whatever client raised it:
 
 from __future__ import annotations
 
-import contextlib
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -200,17 +199,6 @@ class WorkerClient:
                 stream.close()
             raise WorkerRejected(status, error, worker=worker_id)
         return SSELines(stream, worker_id)
-
-    @contextlib.asynccontextmanager
-    async def chat_stream(
-        self, worker_id: str, url: str, body: Mapping[str, Any], *, traceparent: str | None = None
-    ) -> AsyncIterator[SSELines]:
-        """`open_stream` as a context manager, which closes the lines when it is left."""
-        lines = await self.open_stream(worker_id, url, body, traceparent=traceparent)
-        try:
-            yield lines
-        finally:
-            lines.close()
 
     async def models(self, url: str) -> list[dict[str, Any]]:
         response = await self._client.get(f"{url}/v1/models")
