@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Issue 33's cost target measured as the issue asks (median of six runs at concurrency 16, side by side on one machine),
+# with both floors beside sessiongate and smg, and the added p50 at concurrency 1 (three runs); a 2-core "Intel Xeon
+# Processor" (4 MiB L2, 260 MiB L3), 2026-11-29, at 200aa3f.
+set -euo pipefail
+R=benchmarks/results/issue33-blocked
+RO="python -m sessiongate.benchmarks.router_overhead --no-sglang-router"
+for i in 1 2 3 4 5 6; do
+  $RO --least-stored-floor --json $R/c16-$i.json > $R/c16-$i.txt
+done
+for i in 1 2 3; do
+  $RO --least-stored-floor --workers 1 --concurrency 1 --json $R/c1-$i.json > $R/c1-$i.txt
+done
