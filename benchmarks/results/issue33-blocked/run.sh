@@ -11,3 +11,5 @@ done
 for i in 1 2 3; do
   $RO --least-stored-floor --workers 1 --concurrency 1 --json $R/c1-$i.json > $R/c1-$i.txt
 done
+# One run with 64-turn sessions (histories up to ~129 messages): does the gateway's per-turn work grow with the history?
+$RO --turns-per-session 64 --json $R/c16-64-turn-sessions.json > $R/c16-64-turn-sessions.txt
