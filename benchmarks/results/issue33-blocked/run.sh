@@ -13,3 +13,6 @@ for i in 1 2 3; do
 done
 # One run with 64-turn sessions (histories up to ~129 messages): does the gateway's per-turn work grow with the history?
 $RO --turns-per-session 64 --json $R/c16-64-turn-sessions.json > $R/c16-64-turn-sessions.txt
+# after-last-byte/: the turn's bookkeeping moved after the answer's last byte (a patch measured and not kept; base-N is
+# 200aa3f, new-N the patch), three alternating pairs of:
+#   python -m sessiongate.benchmarks.router_overhead --no-sglang-router --no-floor --no-stored-floor --workers 1 --concurrency 1
