@@ -63,8 +63,13 @@ async def begin(
     )
 
 
-async def complete(store: SqlSessionStore, turn: TurnRecord, reply: dict[str, Any], end: float) -> TurnRecord:
-    return await store.complete_turn(turn.id, output_message=reply, finish_reason="stop", model="m", ended_at=at(end))
+async def complete(
+    store: SqlSessionStore, turn: TurnRecord, reply: dict[str, Any], end: float, *, tenant_id: str = "default"
+) -> TurnRecord:
+    """Complete `turn`; its record as stored now (a turn's end returns none)."""
+    await store.complete_turn(turn.id, output_message=reply, finish_reason="stop", model="m", ended_at=at(end))
+    [ended] = await store.list_turns(turn.session_id, tenant_id=tenant_id, after_seq=turn.seq - 1, limit=1)
+    return ended
 
 
 async def chat(
@@ -254,7 +259,7 @@ async def test_begin_turn_can_create_the_session(store: SqlSessionStore) -> None
     session = await store.get_session("new-1", tenant_id="acme")
     assert (session.state, session.turn_count, session.priority, session.metadata) == ("active", 1, 0, {})
     assert session.last_active_at >= at(0)
-    await complete(store, first, answer("a"), 1)
+    await complete(store, first, answer("a"), 1, tenant_id="acme")
 
     second = await store.begin_turn(
         "new-1",
@@ -305,12 +310,12 @@ async def test_concurrent_first_turns_create_one_session(store: SqlSessionStore)
 # completing a turn this store began (memory.StoreMemory) or one it did not
 
 
-async def test_a_turn_completed_by_the_store_that_began_it_is_recorded_as_read_back(store: SqlSessionStore) -> None:
+async def test_a_turn_completed_by_the_store_that_began_it_keeps_its_dispatch(store: SqlSessionStore) -> None:
     session = await store.create_session()
     first = await begin(store, session.id, [user("q1")], 0)
     await store.mark_dispatched(first.id, worker="w-marked", dispatched_at=at(0.5))
     reply = answer("a1", "call-1")
-    done = await store.complete_turn(
+    await store.complete_turn(
         first.id,
         output_message=reply,
         finish_reason="tool_calls",
@@ -320,9 +325,11 @@ async def test_a_turn_completed_by_the_store_that_began_it_is_recorded_as_read_b
         first_token_at=at(0.7),
         ended_at=at(1),
     )
-    (read_back,) = await store.list_turns(session.id, tenant_id="default")
-    assert done == read_back
+    (done,) = await store.list_turns(session.id, tenant_id="default")
+    assert (done.status, done.output_message, done.finish_reason) == ("ok", reply, "tool_calls")
     assert (done.worker, done.dispatched_at) == ("w-marked", at(0.5))  # kept from mark_dispatched
+    assert (done.first_token_at, done.ended_at) == (at(0.7), at(1))
+    assert (done.prompt_tokens, done.completion_tokens, done.cached_tokens, done.cached_device) == (10, 2, 4, 4)
     assert [call.call_id for call in done.tool_calls] == ["call-1"]
     turn = await begin(store, session.id, [user("q1"), reply, tool("call-1", "found")], 2)
     assert (turn.input_messages, turn.context_reset) == ([tool("call-1", "found")], False)
@@ -339,8 +346,7 @@ async def test_a_turn_begun_by_another_store_completes_on_the_general_path(
         base = [user("q1"), answer("a1")]
         turn = await begin(store, session.id, [*base, user("q2")], 2)
         done = await complete(other, turn, answer("a2"), 3)  # `other` never saw it begin
-        (_, read_back) = await store.list_turns(session.id, tenant_id="default")
-        assert done == read_back
+        assert (done.status, done.input_messages, done.output_message) == ("ok", [user("q2")], answer("a2"))
         context = await store.session_context(session.id, tenant_id="default")
         assert context == [*base, user("q2"), answer("a2")]
         # The store that began it still knows it, and learns it ended: whether or not the end reads the row back

@@ -52,11 +52,13 @@ class TurnsStore(Protocol):
         ended_at: datetime,
         worker: str | None = None,
         dispatched_at: datetime | None = None,
-    ) -> TurnRecord:
+    ) -> None:
         """Mark a pending turn ok with its answer; records the tool calls the answer requests.
 
         `worker` and `dispatched_at` may be given here instead of through `mark_dispatched` (one write
-        less per request); None keeps what is stored."""
+        less per request); None keeps what is stored. Nothing is returned: the gateway does not read a turn back
+        at its end, and building its record cost 5% of a chat turn's instructions (docs/benchmarks.md);
+        `list_turns` reads the ended turn."""
         ...
 
     async def fail_turn(
@@ -71,10 +73,11 @@ class TurnsStore(Protocol):
         first_token_at: datetime | None = None,
         worker: str | None = None,
         dispatched_at: datetime | None = None,
-    ) -> TurnRecord:
+    ) -> None:
         """End a pending turn as "failed" or "cancelled"; it keeps its input but leaves the context.
 
-        `partial_output` is stored as the turn's output_message; `worker`/`dispatched_at` as in `complete_turn`."""
+        `partial_output` is stored as the turn's output_message; `worker`/`dispatched_at` and what is returned as in
+        `complete_turn`."""
         ...
 
     async def list_turns(

@@ -70,8 +70,8 @@ class SqlTurns(StoreTransactions):
         ended_at: datetime,
         worker: str | None = None,
         dispatched_at: datetime | None = None,
-    ) -> TurnRecord:
-        return await self._per_request(
+    ) -> None:
+        await self._per_request(
             persist.complete_turn,
             turn_id,
             output_message=output_message,
@@ -98,8 +98,8 @@ class SqlTurns(StoreTransactions):
         first_token_at: datetime | None = None,
         worker: str | None = None,
         dispatched_at: datetime | None = None,
-    ) -> TurnRecord:
-        return await self._per_request(
+    ) -> None:
+        await self._per_request(
             persist.fail_turn,
             turn_id,
             status=cv.one_of(status, cv.TURN_END_STATES, "status"),

@@ -1,5 +1,7 @@
 """Persisting a chat turn: `begin_turn`, `mark_dispatched`, `complete_turn`, `fail_turn`, as functions of SQLAlchemy
-Core over a synchronous `Connection` whose transaction the caller owns, returning records.
+Core over a synchronous `Connection` whose transaction the caller owns. `begin_turn` returns the pending turn's
+record; a turn's end returns nothing (nobody reads it back on the chat path, and its 30-field record was 5% of a
+chat turn's instructions).
 
 The store runs each call's whole transaction in one step (`StoreTransactions._per_request`: the group commit on an
 SQLite file, `run_sync` on PostgreSQL), with the statements built once (`statements`) and, on SQLite, run straight on
@@ -14,13 +16,12 @@ and folds the ok turn into the digest when it is newer than every turn already f
 out of seq order (another request of the session overtook it) rebuilds the digest from the turns instead. So the
 digest always describes `history.context_messages` of the session's ok turns, as `session_context` reads them.
 
-A store keeps `memory.StoreMemory`: what it knows from its own writes. Completing a turn it began and has not
-ended reads nothing back: its record is built from what began it, and the session's context moves in one
-conditional UPDATE when it is still the context the turn extends (the usual case); when it is not (another request
-of the session, possibly on another replica, ended meanwhile), or when the turn is not known here, the general path
-runs. Likewise a turn of a session whose row this store's last write left claims its seq with one UPDATE that
-checks the row is still as remembered, instead of one that returns the row, and its resent history is compared
-with the session's remembered context instead of hashed.
+A store keeps `memory.StoreMemory`: what it knows from its own writes. Completing a turn it began and has not ended
+reads nothing back, and the session's context moves in one conditional UPDATE when it is still the context the turn
+extends (the usual case); when it is not (another request of the session, possibly on another replica, ended
+meanwhile), or when the turn is not known here, the general path runs. Likewise a turn of a session whose row this
+store's last write left claims its seq with one UPDATE that checks the row is still as remembered, instead of one
+that returns the row, and its resent history is compared with the session's remembered context instead of hashed.
 """
 
 from __future__ import annotations
@@ -231,7 +232,7 @@ def complete_turn(
     worker: str | None,
     dispatched_at: datetime | None = None,
     memory: StoreMemory | None = None,
-) -> TurnRecord:
+) -> None:
     usage = usage or {}
     prompt_details = usage.get("prompt_tokens_details")
     cached_tokens = None
@@ -259,24 +260,19 @@ def complete_turn(
     known = memory.pop(turn_id) if memory is not None else None
     if known is not None:
         assert memory is not None
-        return _complete_begun(conn, known, params, memory)
+        _complete_begun(conn, known, params, memory)
+        return
     turn = _end_pending(conn, sql.COMPLETE_TURN, params)
     _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
     if memory is not None:
         memory.forget_session(turn.session_id)
-    calls = _record_requested_calls(conn, turn, ended_at)
-    return cv.turn_record(turn, calls)
+    _record_requested_calls(conn, turn, ended_at)
 
 
-def _complete_begun(conn: Connection, known: BegunTurn, params: dict[str, Any], memory: StoreMemory) -> TurnRecord:
-    """`complete_turn` for a turn this store began: its row is not read back, its record is what began it plus
-    this end."""
-    if params["p_worker"] is not None and params["p_dispatched_at"] is not None:
-        if not raw.count(conn, sql.FINISH_BEGUN_TURN, params):
-            _raise_not_pending(conn, params["p_turn"])
-        worker, dispatched_at = params["p_worker"], params["p_dispatched_at"]
-    else:  # the row's own, set by `mark_dispatched`, unless this end brings them
-        worker, dispatched_at = _end_pending(conn, sql.FINISH_BEGUN_TURN_READING, params)
+def _complete_begun(conn: Connection, known: BegunTurn, params: dict[str, Any], memory: StoreMemory) -> None:
+    """`complete_turn` for a turn this store began: its row is not read back."""
+    if not raw.count(conn, sql.FINISH_BEGUN_TURN, params):
+        _raise_not_pending(conn, params["p_turn"])
     values = known.values
     output = params["p_output_message"]
     turn = _EndedTurn(
@@ -301,11 +297,7 @@ def _complete_begun(conn: Connection, known: BegunTurn, params: dict[str, Any], 
     else:  # the context is no longer the one this turn extends
         _fold_into_context(conn, turn, _touch_session(conn, turn.session_id, ended_at))
         memory.forget_session(turn.session_id)
-    calls = _record_requested_calls(conn, turn, ended_at)
-    # The statement's parameters are the columns it set (`p_<column>`); worker and dispatch time as the row kept them.
-    ended = {name.removeprefix("p_"): value for name, value in params.items() if name != "p_turn"}
-    ended |= {"status": "ok", "worker": worker, "dispatched_at": dispatched_at}
-    return cv.ended_turn_record(values, ended, calls)
+    _record_requested_calls(conn, turn, ended_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,13 +329,13 @@ def _fold_into_context(conn: Connection, turn: Row[Any] | _EndedTurn, session: R
     raw.execute(conn, sql.SET_CONTEXT, params)
 
 
-def _record_requested_calls(conn: Connection, turn: Row[Any] | _EndedTurn, ended_at: datetime) -> list[Row[Any]]:
+def _record_requested_calls(conn: Connection, turn: Row[Any] | _EndedTurn, ended_at: datetime) -> None:
     """Insert the tool calls the answer requests; a call id the session already has keeps its first row."""
     requested: dict[str, history.RequestedToolCall] = {}
     for call in history.requested_tool_calls(turn.output_message):
         requested.setdefault(call.call_id, call)
     if not requested:
-        return []
+        return
     rows = [
         {
             "session_id": turn.session_id,
@@ -355,9 +347,7 @@ def _record_requested_calls(conn: Connection, turn: Row[Any] | _EndedTurn, ended
         }
         for call in requested.values()
     ]
-    result = conn.execute(sql.INSERTS[conn.dialect.name].tool_calls, rows)
-    inserted = {row.call_id: row for row in result.all()}
-    return [inserted[call_id] for call_id in requested if call_id in inserted]
+    conn.execute(sql.INSERTS[conn.dialect.name].tool_calls, rows)
 
 
 def fail_turn(
@@ -373,7 +363,7 @@ def fail_turn(
     worker: str | None = None,
     dispatched_at: datetime | None = None,
     memory: StoreMemory | None = None,
-) -> TurnRecord:
+) -> None:
     """End a pending turn without an answer (`status` is "failed" or "cancelled"); the context stays as it is."""
     if memory is not None:
         memory.pop(turn_id)
@@ -392,4 +382,3 @@ def fail_turn(
         },
     )
     _touch_session(conn, turn.session_id, ended_at)
-    return cv.turn_record(turn, ())

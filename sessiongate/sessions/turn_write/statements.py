@@ -31,7 +31,6 @@ __all__ = [
     "EXTEND_CONTEXT",
     "FAIL_TURN",
     "FINISH_BEGUN_TURN",
-    "FINISH_BEGUN_TURN_READING",
     "INSERTS",
     "INSERT_ADVISORY",
     "INSERT_MISSED",
@@ -103,7 +102,6 @@ RETURN_TOOL_CALLS = (  # executemany: one parameter set per call
 
 # the end of a turn
 
-_TURN_COLUMNS = tuple(Turn.__table__.columns)
 _PENDING = (Turn.id == bindparam("p_turn"), Turn.status == "pending")
 _KEPT_UNLESS_GIVEN = {  # None keeps what mark_dispatched (or the stream) recorded
     Turn.worker: func.coalesce(bindparam("p_worker", type_=String()), Turn.worker),
@@ -133,7 +131,7 @@ _COMPLETED: dict[Any, Any] = {
     Turn.cached_storage: bindparam("p_cached_storage"),
     **_KEPT_UNLESS_GIVEN,
 }
-COMPLETE_TURN = update(Turn).where(*_PENDING).values(_COMPLETED).returning(*_TURN_COLUMNS)
+COMPLETE_TURN = update(Turn).where(*_PENDING).values(_COMPLETED).returning(*Turn.__table__.columns)
 FAIL_TURN = (
     update(Turn)
     .where(*_PENDING)
@@ -147,7 +145,7 @@ FAIL_TURN = (
             **_KEPT_UNLESS_GIVEN,
         }
     )
-    .returning(*_TURN_COLUMNS)
+    .returning(Turn.session_id)
 )
 # Moves last_active_at (never back) and, for an ok turn, takes the session's row lock before its context is read.
 TOUCH_SESSION = (
@@ -170,10 +168,8 @@ SET_CONTEXT = (
 # context is moved only if it is still the one the turn extends (or, for a turn that resets it, if no later turn
 # has been folded in); otherwise the turn takes the general path (TOUCH_SESSION, then its fold).
 # SQLite runs a statement's RETURNING through a temporary table: ~4 us of its ~8 us for these small UPDATEs. So the
-# statements whose answer is only "did a row change" go without and are counted instead (`raw.count`), and the
-# turn's worker and dispatch time are read back only when the end does not bring them (it usually does).
+# statements whose answer is only "did a row change" go without and are counted instead (`raw.count`).
 FINISH_BEGUN_TURN = update(Turn).where(*_PENDING).values(_COMPLETED)
-FINISH_BEGUN_TURN_READING = FINISH_BEGUN_TURN.returning(Turn.worker, Turn.dispatched_at)
 _NEW_CONTEXT = {
     Session.context_digest: bindparam("p_digest"),
     Session.context_length: bindparam("p_length"),
@@ -221,16 +217,14 @@ class Inserts:
 
     tenant: Insert  # creates the tenant on first use
     session: Insert  # creates the session unless it exists (the rows it changed say which)
-    tool_calls: Insert  # executemany; returns the rows inserted (a call id the session has is skipped)
+    tool_calls: Insert  # executemany (a call id the session has is skipped)
 
     @classmethod
     def build(cls, backend: str) -> Inserts:
         return cls(
             tenant=insert_on_conflict(backend, Tenant),
             session=insert_on_conflict(backend, Session),
-            tool_calls=insert_on_conflict(backend, ToolCall, conflict=("session_id", "call_id")).returning(
-                *ToolCall.__table__.columns
-            ),
+            tool_calls=insert_on_conflict(backend, ToolCall, conflict=("session_id", "call_id")),
         )
 
 
@@ -249,7 +243,6 @@ for _statement in (
     TOUCH_SESSION,
     SET_CONTEXT,
     FINISH_BEGUN_TURN,
-    FINISH_BEGUN_TURN_READING,
     EXTEND_CONTEXT,
     RESTART_CONTEXT,
 ):
