@@ -16,3 +16,6 @@ $RO --turns-per-session 64 --json $R/c16-64-turn-sessions.json > $R/c16-64-turn-
 # after-last-byte/: the turn's bookkeeping moved after the answer's last byte (a patch measured and not kept; base-N is
 # 200aa3f, new-N the patch), three alternating pairs of:
 #   python -m sessiongate.benchmarks.router_overhead --no-sglang-router --no-floor --no-stored-floor --workers 1 --concurrency 1
+# end-without-record/: three alternating pairs at concurrency 16, 200aa3f (base-N, run from its checkout in $BASE)
+# and 154f6ba (new-N), a turn's end returning no record:
+#   (cd "$BASE" && $RO --least-stored-floor --json ...base-N.json); $RO --least-stored-floor --json ...new-N.json
