@@ -349,8 +349,8 @@ async def test_a_turn_begun_by_another_store_completes_on_the_general_path(
         assert (done.status, done.input_messages, done.output_message) == ("ok", [user("q2")], answer("a2"))
         context = await store.session_context(session.id, tenant_id="default")
         assert context == [*base, user("q2"), answer("a2")]
-        # The store that began it still knows it, and learns it ended: whether or not the end reads the row back
-        # (it does not when the end names the worker and the dispatch time).
+        # The store that began it still knows it, and learns it ended, whether or not its own end names the worker
+        # and the dispatch time (without them, the statement keeps the row's).
         worker = {"worker": "w1", "dispatched_at": at(3.5)} if end_names_worker else {}
         with pytest.raises(InvalidTransition):
             await store.complete_turn(
