@@ -19,3 +19,5 @@ $RO --turns-per-session 64 --json $R/c16-64-turn-sessions.json > $R/c16-64-turn-
 # end-without-record/: three alternating pairs at concurrency 16, 200aa3f (base-N, run from its checkout in $BASE)
 # and 154f6ba (new-N), a turn's end returning no record:
 #   (cd "$BASE" && $RO --least-stored-floor --json ...base-N.json); $RO --least-stored-floor --json ...new-N.json
+# end-without-record/c64-*: one run each at concurrency 64 (base: 200aa3f, new: 154f6ba):
+#   $RO --no-floor --no-stored-floor --concurrency 64 --json ...c64-{base,new}.json
