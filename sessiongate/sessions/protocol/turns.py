@@ -57,7 +57,7 @@ class TurnsStore(Protocol):
 
         `worker` and `dispatched_at` may be given here instead of through `mark_dispatched` (one write
         less per request); None keeps what is stored. Nothing is returned: the gateway does not read a turn back
-        at its end, and building its record cost 5% of a chat turn's instructions (docs/benchmarks.md);
+        at its end, and building its record cost 6% of a chat turn's instructions (docs/benchmarks.md);
         `list_turns` reads the ended turn."""
         ...
 

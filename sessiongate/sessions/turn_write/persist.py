@@ -1,6 +1,6 @@
 """Persisting a chat turn: `begin_turn`, `mark_dispatched`, `complete_turn`, `fail_turn`, as functions of SQLAlchemy
 Core over a synchronous `Connection` whose transaction the caller owns. `begin_turn` returns the pending turn's
-record; a turn's end returns nothing (nobody reads it back on the chat path, and its 30-field record was 5% of a
+record; a turn's end returns nothing (nobody reads it back on the chat path, and its 30-field record was 6% of a
 chat turn's instructions).
 
 The store runs each call's whole transaction in one step (`StoreTransactions._per_request`: the group commit on an
