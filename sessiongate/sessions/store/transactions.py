@@ -10,7 +10,6 @@ chat turn run as one step (`_per_request`: the group commit on an SQLite file, `
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -129,16 +128,12 @@ class StoreTransactions:
 
 
 class _Calls:
-    """The store's calls waiting for the database, by start time (insertion order: the first is the oldest), and how
-    many found it unavailable."""
+    """The store's calls waiting for the database, each with its start time (insertion order: the first is the
+    oldest), and how many found it unavailable."""
 
     def __init__(self) -> None:
-        self.started: dict[int, float] = {}
+        self.started: dict[_Call, float] = {}
         self.unavailable = 0
-        self._ids = itertools.count()
-
-    def next_id(self) -> int:
-        return next(self._ids)
 
 
 class _Call:
@@ -147,17 +142,16 @@ class _Call:
     chat route makes two calls a turn, and as a generator-based context manager this was 5% of the store's
     instructions a turn (docs/benchmarks.md)."""
 
-    __slots__ = ("_calls", "_id")
+    __slots__ = ("_calls",)
 
     def __init__(self, calls: _Calls) -> None:
         self._calls = calls
-        self._id = calls.next_id()
 
     def __enter__(self) -> None:
-        self._calls.started[self._id] = time.monotonic()
+        self._calls.started[self] = time.monotonic()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        del self._calls.started[self._id]
+        del self._calls.started[self]
         if not isinstance(exc, Exception):
             return
         translated = store_error(exc)
